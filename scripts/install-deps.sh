@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs everything Sluice needs to build, test and run on Debian 12, as root.
+# Used alike by the README, .ci/run and the Dockerfile. Idempotent, non-interactive.
+#   install-deps.sh           build + test dependencies
+#   install-deps.sh --runtime only the shared libraries the binary links against
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+if [ "${1:-}" = "--runtime" ]; then
+  pkgs=(ca-certificates libboost-json1.81.0 libboost-url1.81.0 libboost-program-options1.81.0
+        libhiredis0.14 libyaml-cpp0.7 libprometheus-cpp-core1.0 libssl3 libjwt0 libspdlog1.10
+        libfmt9)
+else
+  pkgs=(build-essential cmake pkg-config git ca-certificates
+        libboost1.81-all-dev libhiredis-dev libyaml-cpp-dev prometheus-cpp-dev libssl-dev
+        libjwt-dev doctest-dev libspdlog-dev libfmt-dev redis-server)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,152 @@
+#include "config/yaml_schema.hpp"
+
+#include <charconv>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace sluice::config::schema {
+
+namespace {
+
+constexpr std::string_view expected_mapping = "expected a mapping";
+constexpr std::string_view expected_key = "expected a plain key";
+constexpr std::string_view unknown_key = "unknown key";
+constexpr std::string_view duplicate_key = "duplicate key";
+constexpr std::string_view missing_key = "required key is missing";
+constexpr std::string_view expected_uint = "expected a non-negative integer";
+
+// yaml-cpp marks are 0-based; a null mark (no position known) reads as the file start.
+int one_based(int n) { return n < 0 ? 1 : n + 1; }
+
+const field* find_field(std::initializer_list<field> fields, std::string_view key) {
+    for (const field& f : fields) {
+        if (f.key == key) return &f;
+    }
+    return nullptr;
+}
+
+std::size_t index_of(std::initializer_list<field> fields, const field* f) {
+    return static_cast<std::size_t>(f - fields.begin());
+}
+
+std::string range_reason(std::uint64_t min, std::uint64_t max) {
+    return "must be between " + std::to_string(min) + " and " + std::to_string(max);
+}
+
+void check_missing(const node_ref& map, std::initializer_list<field> fields,
+                   const std::vector<bool>& seen) {
+    for (const field& f : fields) {
+        if (f.need == presence::required && !seen[index_of(fields, &f)]) {
+            map.fail_at(map.mark(), map.path_of(f.key), missing_key);
+        }
+    }
+}
+
+// One `key: value` of `map`: the key must be known and not seen before.
+void read_entry(const node_ref& map, std::initializer_list<field> fields,
+                std::vector<bool>& seen, const YAML::Node& key, const YAML::Node& value) {
+    if (!key.IsScalar()) map.fail_at(key.Mark(), map.path(), expected_key);
+    const field* f = find_field(fields, key.Scalar());
+    if (f == nullptr) map.fail_at(key.Mark(), map.path_of(key.Scalar()), unknown_key);
+    std::size_t i = index_of(fields, f);
+    if (seen[i]) map.fail_at(key.Mark(), map.path_of(key.Scalar()), duplicate_key);
+    seen[i] = true;
+    f->read(map.child(key, value));
+}
+
+}  // namespace
+
+void throw_error(const std::string& source, const YAML::Mark& mark, std::string_view path,
+                 std::string_view reason) {
+    std::string what = source;
+    what += ':' + std::to_string(one_based(mark.line));
+    what += ':' + std::to_string(one_based(mark.column));
+    what += ": ";
+    what += path.empty() ? std::string_view("(root)") : path;
+    what += ": ";
+    what += reason;
+    throw config_error(what);
+}
+
+node_ref::node_ref(const YAML::Node& root, const std::string& source)
+    : node_ref(root, std::string(), source, YAML::Mark::null_mark()) {}
+
+node_ref::node_ref(const YAML::Node& node, std::string path, const std::string& source,
+                   YAML::Mark fallback)
+    : node_(node), path_(std::move(path)), source_(&source), fallback_(fallback) {}
+
+YAML::Mark node_ref::mark() const {
+    YAML::Mark own = node_.Mark();
+    if (node_.IsNull() || own.is_null()) return fallback_;
+    return own;
+}
+
+node_ref node_ref::child(const YAML::Node& key_node, const YAML::Node& value) const {
+    return node_ref(value, path_of(key_node.Scalar()), *source_, key_node.Mark());
+}
+
+std::string node_ref::path_of(std::string_view key) const {
+    if (path_.empty()) return std::string(key);
+    std::string p = path_;
+    p += '.';
+    p += key;
+    return p;
+}
+
+void node_ref::fail(std::string_view reason) const { fail_at(mark(), path_, reason); }
+
+void node_ref::fail_at(const YAML::Mark& mark, std::string_view path,
+                       std::string_view reason) const {
+    throw_error(*source_, mark, path, reason);
+}
+
+const std::string& node_ref::scalar(std::string_view expected) const {
+    if (!node_.IsScalar()) fail(expected);
+    return node_.Scalar();
+}
+
+void read_mapping(const node_ref& map, std::initializer_list<field> fields) {
+    if (!map.is_null() && !map.node().IsMap()) map.fail(expected_mapping);
+    std::vector<bool> seen(fields.size(), false);
+    if (map.node().IsMap()) {
+        // yaml-cpp iterators yield pairs by value: copy them, never bind `it->first`.
+        for (auto it = map.node().begin(); it != map.node().end(); ++it) {
+            const YAML::Node key = it->first;
+            const YAML::Node value = it->second;
+            read_entry(map, fields, seen, key, value);
+        }
+    }
+    check_missing(map, fields, seen);
+}
+
+void check_range(const node_ref& value, std::uint64_t n, std::uint64_t min, std::uint64_t max) {
+    if (n < min || n > max) value.fail(range_reason(min, max));
+}
+
+std::uint64_t read_uint(const node_ref& value, std::uint64_t min, std::uint64_t max) {
+    const std::string& text = value.scalar(expected_uint);
+    std::uint64_t n = 0;
+    const char* end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(text.data(), end, n);
+    // Too many digits for 64 bits is still a number, just out of range.
+    if (ec == std::errc::result_out_of_range && ptr == end) value.fail(range_reason(min, max));
+    if (text.empty() || ec != std::errc() || ptr != end) value.fail(expected_uint);
+    check_range(value, n, min, max);
+    return n;
+}
+
+std::string read_choice(const node_ref& value, std::initializer_list<std::string_view> choices) {
+    std::string list;
+    for (std::string_view c : choices) {
+        list += list.empty() ? "" : ", ";
+        list += c;
+    }
+    const std::string& text = value.scalar("expected one of " + list);
+    for (std::string_view c : choices) {
+        if (text == c) return text;
+    }
+    value.fail("must be one of " + list);
+}
+
+}  // namespace sluice::config::schema

@@ -1,0 +1,88 @@
+// A small schema walker over yaml-cpp nodes, used only while loading the config.
+//
+// Every value is read through a node_ref that knows the source name, its dotted key path
+// and its position, so any reader can throw a config_error of the form
+// "FILE:LINE:COLUMN: key.path: reason". A section is read by read_mapping() with a table
+// of the keys it knows: unknown and duplicate keys are reported at the key, missing
+// required keys at the mapping that lacks them. Adding a section is adding a table.
+//
+// Not thread-safe by design: a load runs on one thread and throws on the first error.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+#include <yaml-cpp/yaml.h>
+
+namespace sluice::config::schema {
+
+// Throws config_error "SOURCE:LINE:COLUMN: PATH: REASON" (an empty path reads "(root)").
+[[noreturn]] void throw_error(const std::string& source, const YAML::Mark& mark,
+                              std::string_view path, std::string_view reason);
+
+class node_ref {
+public:
+    // The document root of `source`.
+    node_ref(const YAML::Node& root, const std::string& source);
+
+    const YAML::Node& node() const { return node_; }
+    const std::string& path() const { return path_; }
+    bool is_null() const { return node_.IsNull(); }
+
+    // Where errors about this value point: the value itself, or its key when the value
+    // is empty (yaml-cpp marks an empty value at the token that follows it).
+    YAML::Mark mark() const;
+
+    // The value under `key` in this mapping; `key_node` supplies the fallback position.
+    node_ref child(const YAML::Node& key_node, const YAML::Node& value) const;
+
+    // Key path of `key` below this node: "server" + "listen" -> "server.listen".
+    std::string path_of(std::string_view key) const;
+
+    [[noreturn]] void fail(std::string_view reason) const;
+    [[noreturn]] void fail_at(const YAML::Mark& mark, std::string_view path,
+                              std::string_view reason) const;
+
+    // The scalar text; fails with `expected` when the value is not a scalar.
+    const std::string& scalar(std::string_view expected) const;
+
+private:
+    node_ref(const YAML::Node& node, std::string path, const std::string& source,
+             YAML::Mark fallback);
+
+    YAML::Node node_;
+    std::string path_;
+    const std::string* source_;
+    YAML::Mark fallback_;
+};
+
+enum class presence { optional, required };
+
+struct field {
+    std::string_view key;
+    std::function<void(const node_ref&)> read;
+    presence need = presence::optional;
+};
+
+// Reads a mapping whose keys must all be in `fields`, in document order. An empty value
+// (`server:` with nothing under it) counts as an empty mapping.
+void read_mapping(const node_ref& map, std::initializer_list<field> fields);
+
+// A plain decimal integer in [min, max]; signs, blanks and other bases are rejected.
+std::uint64_t read_uint(const node_ref& value, std::uint64_t min, std::uint64_t max);
+
+template <class T>
+T read_uint_as(const node_ref& value, T min, T max) {
+    return static_cast<T>(read_uint(value, min, max));
+}
+
+// One of `choices`, compared exactly.
+std::string read_choice(const node_ref& value, std::initializer_list<std::string_view> choices);
+
+// Fails with "must be between MIN and MAX" unless min <= n <= max.
+void check_range(const node_ref& value, std::uint64_t n, std::uint64_t min, std::uint64_t max);
+
+}  // namespace sluice::config::schema

@@ -1,0 +1,106 @@
+#include "http/admin.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <spdlog/spdlog.h>
+
+namespace sluice::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_body>& req,
+                                           const metrics::registry& metrics, const std::function<bool()>& ready) {
+    bhttp::response<bhttp::string_body> res{bhttp::status::ok, req.version()};
+    res.set(bhttp::field::content_type, "application/json");
+    auto target = req.target();
+    auto path = target.substr(0, target.find('?'));
+    if (req.method() != bhttp::verb::get && req.method() != bhttp::verb::head) {
+        res.result(bhttp::status::method_not_allowed);
+        res.set(bhttp::field::allow, "GET, HEAD");
+        res.body() = R"({"error":"method_not_allowed"})";
+    } else if (path == "/healthz") {
+        res.body() = R"({"status":"ok"})";
+    } else if (path == "/readyz") {
+        bool ok = ready();
+        res.result(ok ? bhttp::status::ok : bhttp::status::service_unavailable);
+        res.body() = ok ? R"({"status":"ready"})" : R"({"status":"not_ready"})";
+    } else if (path == "/metrics") {
+        res.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+        res.body() = metrics.scrape();
+    } else {
+        res.result(bhttp::status::not_found);
+        res.body() = R"({"error":"not_found","message":"try /healthz, /readyz or /metrics"})";
+    }
+    res.keep_alive(req.keep_alive());
+    res.prepare_payload();
+    if (req.method() == bhttp::verb::head) res.body().clear();
+    return res;
+}
+
+asio::awaitable<void> serve_admin(tcp::socket socket, const metrics::registry& metrics,
+                                  std::function<bool()> ready) {
+    beast::tcp_stream stream(std::move(socket));
+    beast::flat_buffer buffer;
+    for (;;) {
+        bhttp::request_parser<bhttp::string_body> parser;
+        parser.header_limit(16 * 1024);
+        parser.body_limit(64 * 1024);
+        stream.expires_after(std::chrono::seconds(30));
+        auto [ec, n] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
+        if (ec) break;
+        auto res = answer(parser.get(), metrics, ready);
+        auto [wec, wn] = co_await bhttp::async_write(stream, res, use_tuple);
+        if (wec || !res.keep_alive()) break;
+    }
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+}  // namespace
+
+admin_server::admin_server(asio::io_context& ioc, tcp::endpoint listen, const metrics::registry& metrics,
+                           std::function<bool()> ready)
+    : ioc_(ioc), acceptor_(ioc), metrics_(metrics), ready_(std::move(ready)) {
+    acceptor_.open(listen.protocol());
+    acceptor_.set_option(asio::socket_base::reuse_address(true));
+    acceptor_.bind(listen);
+    acceptor_.listen();
+}
+
+void admin_server::start() {
+    asio::co_spawn(
+        ioc_,
+        [this]() -> asio::awaitable<void> {
+            for (;;) {
+                auto [ec, socket] = co_await acceptor_.async_accept(use_tuple);
+                if (!acceptor_.is_open()) co_return;
+                if (ec) continue;
+                asio::co_spawn(ioc_, serve_admin(std::move(socket), metrics_, ready_), [](std::exception_ptr e) {
+                    if (e) spdlog::warn("admin connection ended by an exception");
+                });
+            }
+        },
+        [](std::exception_ptr e) {
+            if (e) spdlog::error("admin listener stopped by an exception");
+        });
+}
+
+void admin_server::stop() {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+}
+
+}  // namespace sluice::http

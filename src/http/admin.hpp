@@ -1,0 +1,30 @@
+// The admin listener: /healthz, /readyz and /metrics, on its own address and thread.
+//
+// Thread: runs on the io_context it is given (the app's main thread).
+#pragma once
+
+#include "metrics/metrics.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <functional>
+
+namespace sluice::http {
+
+class admin_server {
+public:
+    admin_server(boost::asio::io_context& ioc, boost::asio::ip::tcp::endpoint listen, const metrics::registry& metrics,
+                 std::function<bool()> ready);
+    boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
+    void start();
+    void stop();
+
+private:
+    boost::asio::io_context& ioc_;
+    boost::asio::ip::tcp::acceptor acceptor_;
+    const metrics::registry& metrics_;
+    std::function<bool()> ready_;
+};
+
+}  // namespace sluice::http

@@ -1,0 +1,81 @@
+#include "http/worker.hpp"
+
+#include "http/session.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+
+namespace sluice::http {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+// The sweep's period bounds how late a deadline can fire.
+clock::duration sweep_tick(const config::config& c) {
+    auto shortest = std::min({c.server.header_timeout, c.server.idle_timeout, c.upstream.connect_timeout,
+                              c.upstream.timeout});
+    auto tick = std::chrono::duration_cast<clock::duration>(shortest) / 10;
+    return std::clamp<clock::duration>(tick, std::chrono::milliseconds(5), std::chrono::milliseconds(100));
+}
+
+void report(std::exception_ptr e) {
+    if (!e) return;
+    try {
+        std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+        spdlog::error("connection ended by an unexpected exception: {}", ex.what());
+    }
+}
+
+asio::awaitable<void> accept_loop(worker& w) {
+    constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+    for (;;) {
+        auto [ec, socket] = co_await w.acceptor.async_accept(use_tuple);
+        if (!w.acceptor.is_open() || ec == asio::error::operation_aborted) co_return;
+        if (ec) {
+            // Out of descriptors (or a transient error): back off instead of spinning.
+            spdlog::warn("accept failed: {}", ec.message());
+            asio::steady_timer t(w.ioc, std::chrono::milliseconds(50));
+            co_await t.async_wait(use_tuple);
+            continue;
+        }
+        if (w.connections.size() >= w.max_connections) {
+            w.metrics.connection_rejected();
+            boost::system::error_code ignored;
+            socket.close(ignored);
+            continue;
+        }
+        asio::co_spawn(w.ioc, serve(w, std::move(socket)), report);
+    }
+}
+
+}  // namespace
+
+worker::worker(std::shared_ptr<const config::config> c, metrics::shard& m, std::vector<tcp::endpoint> up,
+               std::size_t max_conns)
+    : cfg(std::move(c)),
+      metrics(m),
+      upstream_endpoints(std::move(up)),
+      max_connections(max_conns),
+      connections(ioc, sweep_tick(*cfg)),
+      pool(cfg->upstream.max_idle_per_worker, m) {}
+
+void worker::start() {
+    connections.start();
+    asio::co_spawn(ioc, accept_loop(*this), report);
+}
+
+void worker::begin_drain() {
+    draining = true;
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
+    pool.close_all();
+    connections.drain();
+}
+
+}  // namespace sluice::http

@@ -1,0 +1,40 @@
+// One worker thread's world: its io_context, acceptor, live connections, upstream pool,
+// config snapshot and metric shard. Nothing here is shared with another worker.
+//
+// Thread: everything but `ioc.stop()` runs on the worker's own thread; the app posts
+// begin_drain() to it.
+#pragma once
+
+#include "config/config.hpp"
+#include "http/connection_set.hpp"
+#include "metrics/metrics.hpp"
+#include "proxy/pool.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <memory>
+#include <vector>
+
+namespace sluice::http {
+
+struct worker {
+    worker(std::shared_ptr<const config::config> c, metrics::shard& m, std::vector<boost::asio::ip::tcp::endpoint> up,
+           std::size_t max_conns);
+
+    boost::asio::io_context ioc{1};
+    std::shared_ptr<const config::config> cfg;
+    metrics::shard& metrics;
+    std::vector<boost::asio::ip::tcp::endpoint> upstream_endpoints;
+    std::size_t max_connections;  // this worker's share of server.max_connections
+    connection_set connections;
+    proxy::pool pool;
+    boost::asio::ip::tcp::acceptor acceptor{ioc};
+    bool draining = false;
+
+    // Starts accepting on `acceptor` (already bound and listening).
+    void start();
+    void begin_drain();
+};
+
+}  // namespace sluice::http
