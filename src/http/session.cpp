@@ -181,6 +181,9 @@ awaitable<session::head_result> session::read_request_head() {
             in_.consume(n);
             if (!ec && p.is_header_done()) co_return head_result{};
             if (ec && ec != bhttp::error::need_more) {
+                if (ec == bhttp::error::body_limit)  // a declared Content-Length over the limit
+                    co_return head_result{head_result::error, 413, "payload_too_large",
+                                          "the request body exceeds server.max_body_bytes"};
                 if (ec == bhttp::error::header_limit)
                     co_return head_result{head_result::error, 431, "header_too_large",
                                           "the request header exceeds server.max_header_bytes"};

@@ -1,0 +1,72 @@
+// Shared pieces of the end-to-end tests: a gateway in front of the test upstream.
+#pragma once
+
+#include "../support/client.hpp"
+#include "../support/harness.hpp"
+#include "../support/process.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <regex>
+#include <string>
+
+namespace sluice::test {
+
+struct proxy_fixture {
+    explicit proxy_fixture(const yaml_overrides& overrides = {}) {
+        up = start_upstream();
+        gw = start_gateway(gateway_yaml(up->port, overrides));
+    }
+    std::unique_ptr<upstream_server> up;
+    std::unique_ptr<gateway> gw;
+
+    response get(const std::string& target, header_list headers = {}) const {
+        return fetch(gw->port, "GET", target, std::move(headers));
+    }
+    boost::json::object upstream_stats() const {
+        return boost::json::parse(fetch(up->port, "GET", "/stats").body).as_object();
+    }
+    std::string metrics() const { return fetch(gw->admin_port, "GET", "/metrics").body; }
+};
+
+inline boost::json::object json_of(const response& r) { return boost::json::parse(r.body).as_object(); }
+
+// The headers the upstream received, as echoed by the test upstream.
+inline std::vector<std::pair<std::string, std::string>> echoed_headers(const boost::json::object& echo) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& h : echo.at("headers").as_array()) {
+        const auto& pair = h.as_array();
+        out.emplace_back(std::string(pair[0].as_string()), std::string(pair[1].as_string()));
+    }
+    return out;
+}
+
+inline std::string echoed(const boost::json::object& echo, std::string name) {
+    for (auto& [n, v] : echoed_headers(echo)) {
+        if (n.size() == name.size() &&
+            std::equal(n.begin(), n.end(), name.begin(), [](char a, char b) { return std::tolower(a) == std::tolower(b); }))
+            return v;
+    }
+    return "";
+}
+
+// A metric sample's value from Prometheus text, or -1 if absent.
+inline double metric_value(const std::string& text, const std::string& sample) {
+    auto pos = text.find("\n" + sample + " ");
+    if (pos == std::string::npos) return -1;
+    return std::stod(text.substr(pos + sample.size() + 2));
+}
+
+// Peak resident set of a process in KiB, from /proc.
+inline long peak_rss_kib(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+    return -1;
+}
+
+}  // namespace sluice::test

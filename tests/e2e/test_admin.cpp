@@ -1,0 +1,85 @@
+// The admin listener, the command line, and a graceful stop.
+#include "e2e.hpp"
+
+#include <csignal>
+
+using namespace sluice::test;
+
+TEST_CASE("admin: healthz, readyz, 404") {
+    proxy_fixture f;
+    auto h = fetch(f.gw->admin_port, "GET", "/healthz");
+    CHECK(h.status == 200);
+    CHECK(json_of(h).at("status").as_string() == "ok");
+    CHECK(fetch(f.gw->admin_port, "GET", "/readyz").status == 200);
+    CHECK(fetch(f.gw->admin_port, "GET", "/nope").status == 404);
+}
+
+TEST_CASE("admin: /metrics counts requests by route and status class") {
+    proxy_fixture f;
+    for (int i = 0; i < 3; ++i) CHECK(f.get("/ok").status == 200);
+    CHECK(f.get("/status?code=404").status == 404);
+    connection open("127.0.0.1", f.gw->port);
+    open.send(make_request("GET", "/held"));
+    CHECK(open.read_response().status == 200);
+
+    auto r = fetch(f.gw->admin_port, "GET", "/metrics");
+    CHECK(r.status == 200);
+    CHECK(r.header("Content-Type").rfind("text/plain; version=0.0.4", 0) == 0);
+    const auto& m = r.body;
+    CHECK(metric_value(m, "sluice_requests_total{route=\"default\",status=\"2xx\"}") == 4);
+    CHECK(metric_value(m, "sluice_requests_total{route=\"default\",status=\"4xx\"}") == 1);
+    CHECK(metric_value(m, "sluice_request_duration_seconds_count") == 5);
+    CHECK(metric_value(m, "sluice_request_duration_seconds_bucket{le=\"+Inf\"}") == 5);
+    CHECK(metric_value(m, "sluice_client_connections") == 1);
+    CHECK(metric_value(m, "sluice_upstream_idle_connections") >= 1);
+    for (const char* family : {"# TYPE sluice_requests_total counter", "# TYPE sluice_request_duration_seconds histogram",
+                               "# TYPE sluice_upstream_errors_total counter", "# TYPE sluice_client_connections gauge",
+                               "# TYPE sluice_upstream_idle_connections gauge"})
+        CHECK_MESSAGE(m.find(family) != std::string::npos, family);
+}
+
+TEST_CASE("--check validates the config file") {
+    auto dir = make_temp_dir();
+    write_file(dir + "/good.yaml", "upstream: { url: \"http://127.0.0.1:3000\" }\n");
+    write_file(dir + "/bad.yaml", "upstream: { url: \"http://127.0.0.1:3000\" }\nserver: { treads: 2 }\n");
+    process good({sluice_bin(), "--config", dir + "/good.yaml", "--check"});
+    CHECK(good.wait_exit(10s) == 0);
+    process bad({sluice_bin(), "--config", dir + "/bad.yaml", "--check"});
+    CHECK(bad.wait_exit(10s) == 1);
+    CHECK(bad.output().find(dir + "/bad.yaml:2:11: server.treads: unknown key") != std::string::npos);
+    process usage({sluice_bin(), "--bogus"});
+    CHECK(usage.wait_exit(10s) == 2);
+    process version({sluice_bin(), "--version"});
+    CHECK(version.wait_exit(10s) == 0);
+    CHECK(version.output().rfind("sluice ", 0) == 0);
+}
+
+TEST_CASE("SIGTERM: stop accepting, finish in-flight requests, exit 0") {
+    proxy_fixture f;
+    connection c("127.0.0.1", f.gw->port);
+    auto before = f.upstream_stats().at("requests").to_number<std::int64_t>();
+    c.send(make_request("GET", "/slow?ms=700"));
+    // Wait until the request is at the upstream (bounded poll of a condition).
+    for (int i = 0; i < 200 && f.upstream_stats().at("requests").to_number<std::int64_t>() < before + 1; ++i) {
+    }
+    f.gw->proc->signal(SIGTERM);
+    f.gw->proc->wait_for_line("draining");
+    CHECK_THROWS(connection("127.0.0.1", f.gw->port, 1s).send(make_request("GET", "/late")));
+    auto r = c.read_response();
+    CHECK(r.status == 200);
+    CHECK(r.body == "slow");
+    CHECK(r.header("Connection") == "close");
+    CHECK(f.gw->proc->wait_exit(10s) == 0);
+}
+
+TEST_CASE("SIGTERM: requests still running at drain_timeout are cut, exit is still 0") {
+    proxy_fixture f(yaml_overrides{{"server.drain_timeout", "300ms"}});
+    connection c("127.0.0.1", f.gw->port);
+    auto before = f.upstream_stats().at("requests").to_number<std::int64_t>();
+    c.send(make_request("GET", "/slow?ms=10000"));
+    for (int i = 0; i < 200 && f.upstream_stats().at("requests").to_number<std::int64_t>() < before + 1; ++i) {
+    }
+    f.gw->proc->signal(SIGTERM);
+    CHECK(f.gw->proc->wait_exit(5s) == 0);
+    CHECK(c.wait_closed(5s));
+}
