@@ -7,9 +7,8 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
 if [ "${1:-}" = "--runtime" ]; then
-  pkgs=(ca-certificates libboost-json1.81.0 libboost-url1.81.0 libboost-program-options1.81.0
-        libhiredis0.14 libyaml-cpp0.7 libprometheus-cpp-core1.0 libssl3 libjwt0 libspdlog1.10
-        libfmt9)
+  pkgs=(ca-certificates curl libboost-program-options1.81.0 libhiredis0.14 libyaml-cpp0.7
+        libprometheus-cpp-core1.0 libssl3 libjwt0 libspdlog1.10 libfmt9)
 else
   pkgs=(build-essential cmake pkg-config git ca-certificates
         libboost1.81-all-dev libhiredis-dev libyaml-cpp-dev prometheus-cpp-dev libssl-dev

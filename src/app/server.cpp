@@ -92,6 +92,9 @@ int run_server(std::shared_ptr<const config::config> cfg, unsigned threads) {
         return 1;
     }
 
+    // Signals are caught from here on, before the ports are announced: whoever reads the
+    // announcement may stop us at once.
+    asio::signal_set signals(main_ioc, SIGINT, SIGTERM);
     // Printed at any log level: scripts and tests read the ports from these lines.
     std::fprintf(stderr, "sluice: proxy listening on %s (%u workers), upstream %s:%u\n",
                  to_text(workers[0]->acceptor.local_endpoint()).c_str(), threads, cfg->upstream.url.host.c_str(),
@@ -112,13 +115,19 @@ int run_server(std::shared_ptr<const config::config> cfg, unsigned threads) {
     admin->start();
 
     // Stop: stop accepting, let in-flight requests finish, force the rest after drain_timeout.
-    asio::signal_set signals(main_ioc, SIGINT, SIGTERM);
     asio::steady_timer drain_deadline(main_ioc);
     signals.async_wait([&](boost::system::error_code ec, int sig) {
         if (ec) return;
         spdlog::info("signal {}: draining for up to {} ms", sig, cfg->server.drain_timeout.count());
         admin->stop();
-        for (auto& w : workers) asio::post(w->ioc, [&w] { w->begin_drain(); });
+        auto accepting = std::make_shared<std::size_t>(workers.size());
+        for (auto& w : workers)
+            asio::post(w->ioc, [&w, &main_ioc, accepting] {
+                w->begin_drain();
+                asio::post(main_ioc, [accepting] {
+                    if (--*accepting == 0) spdlog::info("stopped accepting; finishing in-flight requests");
+                });
+            });
         drain_deadline.expires_after(cfg->server.drain_timeout);
         drain_deadline.async_wait([&](boost::system::error_code tec) {
             if (tec) return;

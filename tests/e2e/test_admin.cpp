@@ -63,7 +63,7 @@ TEST_CASE("SIGTERM: stop accepting, finish in-flight requests, exit 0") {
     for (int i = 0; i < 200 && f.upstream_stats().at("requests").to_number<std::int64_t>() < before + 1; ++i) {
     }
     f.gw->proc->signal(SIGTERM);
-    f.gw->proc->wait_for_line("draining");
+    f.gw->proc->wait_for_line("stopped accepting");
     CHECK_THROWS(connection("127.0.0.1", f.gw->port, 1s).send(make_request("GET", "/late")));
     auto r = c.read_response();
     CHECK(r.status == 200);
