@@ -5,6 +5,8 @@
 // modified after loading; share it as shared_ptr<const config> between threads.
 #pragma once
 
+#include <boost/asio/ip/address.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -12,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace sluice::config {
 
@@ -59,12 +62,104 @@ struct log_config {
     std::string level = "info";  // trace | debug | info | warn | error | off
 };
 
+// "host:port" where host may be a DNS name or an IP literal ("[::1]:6379" for IPv6).
+struct host_port {
+    std::string host;
+    std::uint16_t port = 0;
+};
+
+struct store_config {
+    enum class kind { memory, redis, redis_cluster };
+    enum class failure_mode { allow, deny };
+    kind type = kind::memory;
+    std::size_t memory_max_keys = 1'000'000;             // store.memory.max_keys (>= 1)
+    std::vector<host_port> redis_nodes{{"127.0.0.1", 6379}};  // store.redis.nodes (non-empty)
+    std::string redis_password_env;                       // store.redis.password_env ("" = no AUTH)
+    std::string redis_username;                           // store.redis.username ("" = default user)
+    unsigned redis_database = 0;                          // store.redis.database (0..15)
+    duration redis_timeout = std::chrono::milliseconds(50);  // store.redis.timeout (> 0)
+    std::string redis_key_prefix = "sluice:";             // store.redis.key_prefix
+    failure_mode on_error = failure_mode::allow;          // store.on_error: allow | deny
+    std::string hash_secret_env = "SLUICE_HASH_SECRET";   // store.hash_secret_env
+};
+
+// An IPv4 or IPv6 network, "10.0.0.0/8", "::1/128"; a bare address means a single host.
+struct cidr {
+    boost::asio::ip::address network;  // host bits zeroed
+    unsigned prefix = 0;
+};
+
+struct jwt_config {
+    std::string header = "Authorization";    // value "Bearer <token>"
+    std::vector<std::string> algorithms;      // non-empty, each HS256|HS384|HS512|RS256|ES256
+    std::string secret_env;                   // required if any HS* algorithm is listed
+    std::string public_key_file;              // required if RS256 or ES256 is listed (PEM)
+    std::string claim = "sub";                // the claim that names the user
+    duration leeway = std::chrono::seconds(30);  // for exp / nbf
+};
+
+struct clients_config {
+    enum class forwarded_kind { x_forwarded_for, forwarded, none };
+    std::vector<cidr> trusted_proxies;                            // clients.trusted_proxies
+    forwarded_kind forwarded_header = forwarded_kind::x_forwarded_for;
+    unsigned ipv6_prefix = 64;                                    // 1..128
+    std::string api_key_header;                                   // clients.user.api_key_header ("" = none)
+    std::optional<jwt_config> jwt;                                // clients.user.jwt
+    std::vector<cidr> allow;                                      // clients.allow: bypass every limit
+};
+
+struct response_config {
+    enum class header_style { ietf, legacy, both, none };
+    header_style headers = header_style::ietf;
+};
+
+enum class algorithm { fixed, sliding, gcra, log };
+
+// One limit. Validation guarantees: limit >= 1; per > 0; sliding: precision divides per
+// and per / precision <= 120 (default precision: per / 10, which must then be a whole
+// number of milliseconds); fixed: precision == per; gcra: burst >= 1 (default: limit);
+// log: limit <= 1000; min_interval >= 0.
+struct tier_config {
+    std::string id;    // <policy>/<kind>/<algorithm>/<per>/<precision|burst>, stable across reloads
+    std::string name;  // for rate-limit headers: "<kind>-<per>", made unique within the policy
+    std::string kind;  // "ip" or "user"
+    std::int64_t limit = 0;
+    duration per{0};
+    algorithm algo = algorithm::sliding;
+    duration precision{0};  // fixed and sliding: the bucket size
+    std::int64_t burst = 0;  // gcra
+    duration min_interval{0};
+};
+
+struct policy_config {
+    std::string name;
+    bool shadow = false;
+    std::vector<tier_config> ip, user;
+};
+
+struct route_config {
+    std::string name;                  // metrics label; default: the path, or path_prefix + "*"
+    std::string path;                  // exact match, or
+    std::string path_prefix;           // prefix match (exactly one of the two is set)
+    std::vector<std::string> methods;  // upper case; empty = any
+    std::string host;                  // lower case, exact; "" = any
+    std::string policy;                // a policy name, or "none" (unlimited)
+    std::int64_t cost = 1;             // >= 1 and <= every tier's limit (and gcra burst) of the policy
+};
+
 struct config {
     std::string source;  // the file it came from
     server_config server;
     admin_config admin;
     upstream_config upstream;
     log_config log;
+    store_config store;
+    clients_config clients;
+    response_config response;
+    std::vector<policy_config> policies;  // in file order
+    std::vector<route_config> routes;     // in file order; first match wins
+
+    const policy_config* find_policy(std::string_view name) const;
 };
 
 class config_error : public std::runtime_error {
@@ -80,5 +175,8 @@ std::optional<duration> parse_duration(std::string_view s);      // "250ms" "1s"
 std::optional<std::uint64_t> parse_size(std::string_view s);     // "16384" "64KiB" "10MiB" "1GiB"
 std::optional<address> parse_address(std::string_view s);        // "0.0.0.0:8080" "[::1]:9090"
 std::optional<upstream_url> parse_upstream_url(std::string_view s);
+std::optional<cidr> parse_cidr(std::string_view s);               // "10.0.0.0/8" "::1" "2001:db8::/32"
+std::optional<host_port> parse_host_port(std::string_view s);     // "redis:6379" "127.0.0.1:6379" "[::1]:6379"
+std::string format_duration(duration d);                          // 1000ms -> "1s", 90s -> "90s", 3600s -> "1h"
 
 }  // namespace sluice::config
