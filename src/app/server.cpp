@@ -1,13 +1,18 @@
 #include "app/server.hpp"
 
+#include "app/reload.hpp"
+#include "http/access_log.hpp"
 #include "http/admin.hpp"
+#include "http/snapshot.hpp"
 #include "http/worker.hpp"
 #include "metrics/metrics.hpp"
+#include "store/memory_store.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <prometheus/counter.h>
 #include <spdlog/spdlog.h>
 
 #include <sys/resource.h>
@@ -30,9 +35,7 @@ void raise_fd_limit() {
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0) spdlog::warn("could not raise RLIMIT_NOFILE");
 }
 
-tcp::endpoint endpoint_of(const config::address& a) {
-    return {asio::ip::make_address(a.host), a.port};
-}
+tcp::endpoint endpoint_of(const config::address& a) { return {asio::ip::make_address(a.host), a.port}; }
 
 std::vector<tcp::endpoint> resolve_upstream(const config::upstream_url& url) {
     asio::io_context ioc;
@@ -57,89 +60,196 @@ std::string to_text(const tcp::endpoint& ep) {
                      : a.to_string() + ":" + std::to_string(ep.port());
 }
 
+// The gateway process: workers, store, admin listener, signals.
+class gateway {
+public:
+    gateway(std::shared_ptr<const config::config> cfg, unsigned threads)
+        : cfg_(std::move(cfg)),
+          threads_(threads ? threads : cfg_->server.threads ? cfg_->server.threads
+                                                            : std::max(1u, std::thread::hardware_concurrency())),
+          metrics_(threads_),
+          reloads_(prometheus::BuildCounter()
+                       .Name("sluice_config_reloads_total")
+                       .Help("Configuration reloads (SIGHUP or POST /reload), by result.")
+                       .Register(metrics_.extra())) {}
+
+    int run();
+
+private:
+    bool start();
+    void announce();
+    void drain(int sig);
+    reload_result reload();
+
+    std::shared_ptr<const config::config> cfg_;
+    unsigned threads_;
+    metrics::registry metrics_;
+    prometheus::Family<prometheus::Counter>& reloads_;
+    std::unique_ptr<limit::store> store_;
+    std::vector<std::unique_ptr<http::access_log>> access_logs_;
+    std::vector<std::unique_ptr<http::worker>> workers_;
+    asio::io_context main_ioc_{1};
+    std::unique_ptr<http::admin_server> admin_;
+    asio::signal_set stop_signals_{main_ioc_, SIGINT, SIGTERM};
+    asio::signal_set reload_signal_{main_ioc_, SIGHUP};
+    asio::steady_timer drain_deadline_{main_ioc_};
+};
+
+bool gateway::start() {
+    std::vector<tcp::endpoint> upstream;
+    try {
+        upstream = resolve_upstream(cfg_->upstream.url);
+    } catch (const std::exception& e) {
+        spdlog::error("cannot resolve upstream host {}: {}", cfg_->upstream.url.host, e.what());
+        return false;
+    }
+    std::shared_ptr<const http::snapshot> snap;
+    try {
+        snap = std::make_shared<const http::snapshot>(cfg_, metrics_);
+    } catch (const std::exception& e) {
+        spdlog::error("{}", e.what());
+        return false;
+    }
+    const char* secret = std::getenv(cfg_->store.hash_secret_env.c_str());
+    if (!secret || !*secret)
+        spdlog::warn("{} is not set: identifiers are hashed without a key (plain SHA-256); set it, the same on "
+                     "every gateway, so that stored keys cannot be reversed by enumeration",
+                     cfg_->store.hash_secret_env);
+    identity::hasher hasher(secret ? secret : "");
+    auto memory = std::make_unique<store::memory_store>(cfg_->store.memory_max_keys);
+    auto* mem = memory.get();
+    metrics_.set_store_gauges([mem] { return mem->keys_held(); }, [mem] { return mem->evictions(); });
+    store_ = std::move(memory);
+
+    try {
+        access_logs_ = http::access_log::open(cfg_->log.access_path, threads_);
+    } catch (const std::exception& e) {
+        spdlog::error("cannot open the access log {}: {}", cfg_->log.access_path, e.what());
+        return false;
+    }
+    const std::size_t per_worker = (cfg_->server.max_connections + threads_ - 1) / threads_;
+    try {
+        auto ep = endpoint_of(cfg_->server.listen);
+        for (unsigned i = 0; i < threads_; ++i) {
+            workers_.push_back(
+                std::make_unique<http::worker>(snap, metrics_.worker(i), upstream, per_worker, *store_, hasher));
+            if (!access_logs_.empty()) workers_.back()->access = access_logs_[i].get();
+            open_acceptor(workers_.back()->acceptor, ep);
+            ep = workers_.back()->acceptor.local_endpoint();
+        }
+        admin_ = std::make_unique<http::admin_server>(
+            main_ioc_, endpoint_of(cfg_->admin.listen), metrics_, [this] { return store_->ready(); },
+            [this] { return reload(); });
+    } catch (const boost::system::system_error& e) {
+        spdlog::error("cannot listen: {}", e.what());
+        return false;
+    }
+    return true;
+}
+
+void gateway::announce() {
+    // Printed at any log level: scripts and tests read the ports from these lines.
+    std::fprintf(stderr, "sluice: proxy listening on %s (%u workers), upstream %s:%u\n",
+                 to_text(workers_[0]->acceptor.local_endpoint()).c_str(), threads_,
+                 cfg_->upstream.url.host.c_str(), unsigned{cfg_->upstream.url.port});
+    std::fprintf(stderr, "sluice: admin listening on %s\n", to_text(admin_->local_endpoint()).c_str());
+}
+
+// Stop accepting, let in-flight requests finish, force the rest after drain_timeout.
+void gateway::drain(int sig) {
+    spdlog::info("signal {}: draining for up to {} ms", sig, cfg_->server.drain_timeout.count());
+    admin_->stop();
+    reload_signal_.cancel();
+    auto accepting = std::make_shared<std::size_t>(workers_.size());
+    for (auto& w : workers_)
+        asio::post(w->ioc, [w = w.get(), this, accepting] {
+            w->begin_drain();
+            asio::post(main_ioc_, [accepting] {
+                if (--*accepting == 0) spdlog::info("stopped accepting; finishing in-flight requests");
+            });
+        });
+    drain_deadline_.expires_after(cfg_->server.drain_timeout);
+    drain_deadline_.async_wait([this](boost::system::error_code ec) {
+        if (ec) return;
+        spdlog::warn("drain timeout: closing the connections still open");
+        for (auto& w : workers_) w->ioc.stop();
+    });
+}
+
+// Re-reads the file. An invalid file keeps the running config; a valid one becomes the
+// snapshot of every request that starts from now on.
+reload_result gateway::reload() {
+    auto result = load_for_reload(*cfg_);
+    if (!result.ok) {
+        spdlog::error("reload failed, keeping the running configuration: {}", result.message);
+        reloads_.Add({{"result", "error"}}).Increment();
+        return result;
+    }
+    std::shared_ptr<const http::snapshot> snap;
+    try {
+        snap = std::make_shared<const http::snapshot>(result.cfg, metrics_);
+    } catch (const std::exception& e) {
+        result = {false, std::string("reload failed, keeping the running configuration: ") + e.what(), {}, {}};
+        spdlog::error("{}", result.message);
+        reloads_.Add({{"result", "error"}}).Increment();
+        return result;
+    }
+    for (const auto& key : result.restart_required)
+        spdlog::warn("reload: {} changed but needs a restart; the running value stays in effect", key);
+    cfg_ = result.cfg;
+    spdlog::set_level(spdlog::level::from_str(cfg_->log.level));
+    for (auto& w : workers_)
+        asio::post(w->ioc, [w = w.get(), snap] {
+            w->set_snapshot(snap);
+            w->store.on_reload();
+        });
+    reloads_.Add({{"result", "ok"}}).Increment();
+    spdlog::info("reloaded {}", cfg_->source);
+    return result;
+}
+
+int gateway::run() {
+    if (!start()) return 1;
+    // Signals are caught from here on, before the ports are announced: whoever reads the
+    // announcement may stop us at once.
+    stop_signals_.async_wait([this](boost::system::error_code ec, int sig) {
+        if (!ec) drain(sig);
+    });
+    std::function<void(boost::system::error_code, int)> on_hup = [this, &on_hup](boost::system::error_code ec, int) {
+        if (ec) return;
+        reload();
+        reload_signal_.async_wait(on_hup);
+    };
+    reload_signal_.async_wait(on_hup);
+    announce();
+
+    std::vector<std::thread> threads;
+    std::size_t running = workers_.size();
+    for (auto& w : workers_) {
+        w->start();
+        threads.emplace_back([w = w.get(), this, &running] {
+            w->ioc.run();
+            asio::post(main_ioc_, [this, &running] {
+                if (--running == 0) main_ioc_.stop();
+            });
+        });
+    }
+    admin_->start();
+    main_ioc_.run();
+    for (auto& w : workers_) w->ioc.stop();
+    for (auto& t : threads) t.join();
+    metrics_.set_store_gauges(nullptr, nullptr);
+    spdlog::info("stopped");
+    return 0;
+}
+
 }  // namespace
 
 int run_server(std::shared_ptr<const config::config> cfg, unsigned threads) {
     std::signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
-    if (threads == 0) threads = cfg->server.threads;
-    if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-
-    std::vector<tcp::endpoint> upstream;
-    try {
-        upstream = resolve_upstream(cfg->upstream.url);
-    } catch (const std::exception& e) {
-        spdlog::error("cannot resolve upstream host {}: {}", cfg->upstream.url.host, e.what());
-        return 1;
-    }
-
-    metrics::registry metrics(threads, {"default"});
-    std::size_t per_worker = (cfg->server.max_connections + threads - 1) / threads;
-    std::vector<std::unique_ptr<http::worker>> workers;
-    asio::io_context main_ioc{1};
-    std::unique_ptr<http::admin_server> admin;
-    try {
-        auto ep = endpoint_of(cfg->server.listen);
-        for (unsigned i = 0; i < threads; ++i) {
-            workers.push_back(std::make_unique<http::worker>(cfg, metrics.worker(i), upstream, per_worker));
-            open_acceptor(workers.back()->acceptor, ep);
-            ep = workers.back()->acceptor.local_endpoint();
-        }
-        admin = std::make_unique<http::admin_server>(main_ioc, endpoint_of(cfg->admin.listen), metrics,
-                                                     [] { return true; });
-    } catch (const boost::system::system_error& e) {
-        spdlog::error("cannot listen: {}", e.what());
-        return 1;
-    }
-
-    // Signals are caught from here on, before the ports are announced: whoever reads the
-    // announcement may stop us at once.
-    asio::signal_set signals(main_ioc, SIGINT, SIGTERM);
-    // Printed at any log level: scripts and tests read the ports from these lines.
-    std::fprintf(stderr, "sluice: proxy listening on %s (%u workers), upstream %s:%u\n",
-                 to_text(workers[0]->acceptor.local_endpoint()).c_str(), threads, cfg->upstream.url.host.c_str(),
-                 unsigned{cfg->upstream.url.port});
-    std::fprintf(stderr, "sluice: admin listening on %s\n", to_text(admin->local_endpoint()).c_str());
-
-    std::vector<std::thread> pool;
-    std::size_t running = threads;
-    for (auto& w : workers) {
-        w->start();
-        pool.emplace_back([&w, &main_ioc, &running] {
-            w->ioc.run();
-            asio::post(main_ioc, [&] {
-                if (--running == 0) main_ioc.stop();
-            });
-        });
-    }
-    admin->start();
-
-    // Stop: stop accepting, let in-flight requests finish, force the rest after drain_timeout.
-    asio::steady_timer drain_deadline(main_ioc);
-    signals.async_wait([&](boost::system::error_code ec, int sig) {
-        if (ec) return;
-        spdlog::info("signal {}: draining for up to {} ms", sig, cfg->server.drain_timeout.count());
-        admin->stop();
-        auto accepting = std::make_shared<std::size_t>(workers.size());
-        for (auto& w : workers)
-            asio::post(w->ioc, [&w, &main_ioc, accepting] {
-                w->begin_drain();
-                asio::post(main_ioc, [accepting] {
-                    if (--*accepting == 0) spdlog::info("stopped accepting; finishing in-flight requests");
-                });
-            });
-        drain_deadline.expires_after(cfg->server.drain_timeout);
-        drain_deadline.async_wait([&](boost::system::error_code tec) {
-            if (tec) return;
-            spdlog::warn("drain timeout: closing the connections still open");
-            for (auto& w : workers) w->ioc.stop();
-        });
-    });
-    main_ioc.run();
-    for (auto& w : workers) w->ioc.stop();
-    for (auto& t : pool) t.join();
-    spdlog::info("stopped");
-    return 0;
+    gateway g(std::move(cfg), threads);
+    return g.run();
 }
 
 }  // namespace sluice::app

@@ -5,14 +5,19 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <utility>
 #include <vector>
 
+#include <boost/asio/ip/network_v4.hpp>
+#include <boost/asio/ip/network_v6.hpp>
 #include <boost/url/parse.hpp>
 #include <yaml-cpp/yaml.h>
 
@@ -50,14 +55,68 @@ constexpr std::string_view url_fragment = "url must not contain a fragment";
 constexpr std::string_view url_host = "url host must be an IP address or a DNS name";
 constexpr std::string_view url_port_range = "port must be between 1 and 65535";
 constexpr std::string_view expected_single_document = "expected a single document";
+constexpr std::string_view bad_host_port =
+    R"(expected host:port like "redis:6379" or "[::1]:6379")";
+constexpr std::string_view host_port_needs_brackets =
+    R"(an IPv6 address must be in brackets, like "[::1]:6379")";
+constexpr std::string_view bad_cidr =
+    R"(expected an IP network like "10.0.0.0/8" or "::1/128", or an IP address)";
+constexpr std::string_view expected_string = "expected a string";
+constexpr std::string_view must_not_be_empty = "must not be empty";
+constexpr std::string_view listed_twice = "listed twice";
+constexpr std::string_view bad_env_name =
+    "expected an environment variable name like SLUICE_HASH_SECRET";
+constexpr std::string_view bad_header_name = "expected a header name like X-API-Key";
+constexpr std::string_view bad_key_prefix =
+    "must not contain blanks or braces (braces mark the Redis Cluster hash tag)";
+constexpr std::string_view key_prefix_too_long = "must be at most 64 characters";
+constexpr std::string_view jwt_alg_none = "alg none is never accepted";
+constexpr std::string_view jwt_needs_secret =
+    "required when HS256, HS384 or HS512 is listed in algorithms";
+constexpr std::string_view jwt_needs_public_key =
+    "required when RS256 or ES256 is listed in algorithms";
+constexpr std::string_view leeway_too_large = "must be at most 10m";
+constexpr std::string_view bad_policy_name = "a policy name may only use a-z, 0-9, _ and -";
+constexpr std::string_view reserved_policy_name =
+    R"("none" is reserved: a route uses it for no limit)";
+constexpr std::string_view policy_without_tiers = "policy has no tiers, expected ip or user";
+constexpr std::string_view per_too_large = "must be at most 8784h (366 days)";
+constexpr std::string_view precision_sliding_only =
+    "precision applies to the sliding algorithm only";
+constexpr std::string_view burst_gcra_only = "burst applies to the gcra algorithm only";
+constexpr std::string_view no_default_precision =
+    "the default precision, per / 10, is not a whole number of milliseconds: set precision";
+constexpr std::string_view log_limit_too_large = "must be at most 1000 with the log algorithm";
+constexpr std::string_view gcra_tolerance_too_large = "burst * per / limit must be at most 8784h";
+constexpr std::string_view bad_route_path =
+    "expected a path starting with /, without query or fragment";
+constexpr std::string_view path_and_path_prefix = "set only one of path and path_prefix";
+constexpr std::string_view route_needs_path = "expected path or path_prefix";
+constexpr std::string_view bad_method = "expected an HTTP method like GET";
+constexpr std::string_view bad_route_host = "expected a host name like api.example.com";
+constexpr std::string_view expected_policy_name = "expected a policy name";
+
+// Bounds that keep every limiter computation (integer microseconds) far from overflow.
+constexpr std::int64_t max_count = 1'000'000'000;
+constexpr duration max_per = std::chrono::hours(8784);
+constexpr std::int64_t max_log_limit = 1000;
+constexpr std::int64_t max_buckets = 120;
+constexpr duration max_jwt_leeway = std::chrono::minutes(10);
+constexpr std::size_t max_key_prefix = 64;
+
+// A reason composed at run time ("... did you mean 10.0.0.0/8?").
+struct reason_text {
+    std::string text;
+};
 
 // A parsed value, or the reason why not.
 template <class T>
 struct parsed {
     parsed(T v) : value(std::move(v)) {}
     parsed(std::string_view why) : reason(why) {}
+    parsed(reason_text why) : reason(std::move(why.text)) {}
     std::optional<T> value;
-    std::string_view reason;
+    std::string reason;
 };
 
 // "250ms" -> {250, "ms"}. The number is nullopt when it has too many digits for 64 bits.
@@ -76,7 +135,8 @@ std::optional<number_with_unit> split_number(std::string_view s) {
     return out;
 }
 
-std::optional<std::uint64_t> parse_port(std::string_view s) {
+// A plain decimal number, or the maximum when it has too many digits.
+std::optional<std::uint64_t> parse_decimal(std::string_view s) {
     auto n = split_number(s);
     if (!n || !n->unit.empty()) return std::nullopt;
     return n->number.value_or(std::numeric_limits<std::uint64_t>::max());
@@ -85,11 +145,19 @@ std::optional<std::uint64_t> parse_port(std::string_view s) {
 // Durations are kept small enough to convert to nanoseconds without overflow.
 constexpr std::uint64_t max_duration_ms = std::numeric_limits<std::int64_t>::max() / 1'000'000;
 
+struct duration_unit {
+    std::string_view name;
+    std::uint64_t ms;
+};
+
+// Largest first: format_duration() picks the first unit that divides exactly.
+constexpr std::array<duration_unit, 4> duration_units{
+    {{"h", 3'600'000}, {"m", 60'000}, {"s", 1000}, {"ms", 1}}};
+
 std::optional<std::uint64_t> duration_unit_ms(std::string_view unit) {
-    if (unit == "ms") return 1;
-    if (unit == "s") return 1000;
-    if (unit == "m") return 60'000;
-    if (unit == "h") return 3'600'000;
+    for (const duration_unit& u : duration_units) {
+        if (u.name == unit) return u.ms;
+    }
     return std::nullopt;
 }
 
@@ -117,7 +185,7 @@ parsed<std::uint64_t> parse_size_why(std::string_view s) {
     auto n = split_number(s);
     if (!n) return bad_size;
     auto unit = size_unit_bytes(n->unit);
-    if (!unit.value) return unit.reason;
+    if (!unit.value) return reason_text{std::move(unit.reason)};
     if (!n->number || *n->number > std::numeric_limits<std::uint64_t>::max() / *unit.value) {
         return size_too_large;
     }
@@ -131,33 +199,87 @@ bool is_ip(int family, std::string_view host) {
 
 parsed<address> make_address(std::string_view host, std::string_view port_text, int family) {
     if (!is_ip(family, host)) return family == AF_INET6 ? bad_address : host_not_ip;
-    auto port = parse_port(port_text);
+    auto port = parse_decimal(port_text);
     if (!port) return bad_address;
     if (*port > 65535) return listen_port_range;
     return address{std::string(host), static_cast<std::uint16_t>(*port)};
 }
 
-parsed<address> parse_address_why(std::string_view s) {
+// "host:port" or "[host]:port", split at the colon before the port.
+struct host_and_port {
+    std::string_view host, port;
+    bool bracketed = false;
+    // An IPv6 literal written without brackets: the host still holds a colon.
+    bool needs_brackets() const { return !bracketed && host.find(':') != std::string_view::npos; }
+};
+
+std::optional<host_and_port> split_host_port(std::string_view s) {
     if (s.starts_with('[')) {
         auto close = s.find("]:");
-        if (close == std::string_view::npos) return bad_address;
-        return make_address(s.substr(1, close - 1), s.substr(close + 2), AF_INET6);
+        if (close == std::string_view::npos) return std::nullopt;
+        return host_and_port{s.substr(1, close - 1), s.substr(close + 2), true};
     }
     auto colon = s.rfind(':');
-    if (colon == std::string_view::npos) return bad_address;
-    std::string_view host = s.substr(0, colon);
-    if (host.find(':') != std::string_view::npos) return ipv6_needs_brackets;
-    return make_address(host, s.substr(colon + 1), AF_INET);
+    if (colon == std::string_view::npos) return std::nullopt;
+    return host_and_port{s.substr(0, colon), s.substr(colon + 1), false};
+}
+
+parsed<address> parse_address_why(std::string_view s) {
+    auto parts = split_host_port(s);
+    if (!parts) return bad_address;
+    if (parts->needs_brackets()) return ipv6_needs_brackets;
+    return make_address(parts->host, parts->port, parts->bracketed ? AF_INET6 : AF_INET);
+}
+
+bool is_ascii_alnum(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
 }
 
 bool is_dns_name(std::string_view host) {
-    if (host.empty()) return false;
-    for (char c : host) {
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '-' || c == '.' || c == '_';
-        if (!ok) return false;
-    }
-    return true;
+    return !host.empty() && std::all_of(host.begin(), host.end(), [](char c) {
+        return is_ascii_alnum(c) || c == '-' || c == '.' || c == '_';
+    });
+}
+
+// An RFC 9110 token: header field names and request methods.
+bool is_token(std::string_view s) {
+    constexpr std::string_view symbols = "!#$%&'*+-.^_`|~";
+    return !s.empty() && std::all_of(s.begin(), s.end(), [&](char c) {
+        return is_ascii_alnum(c) || symbols.find(c) != std::string_view::npos;
+    });
+}
+
+bool is_env_name(std::string_view s) {
+    return !s.empty() && !(s[0] >= '0' && s[0] <= '9') &&
+           std::all_of(s.begin(), s.end(), [](char c) { return is_ascii_alnum(c) || c == '_'; });
+}
+
+bool is_policy_name(std::string_view s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    });
+}
+
+bool is_route_path(std::string_view s) {
+    return s.starts_with('/') && std::none_of(s.begin(), s.end(), [](char c) {
+        return static_cast<unsigned char>(c) <= ' ' || c == 0x7f || c == '?' || c == '#';
+    });
+}
+
+bool is_key_prefix(std::string_view s) {
+    return std::none_of(s.begin(), s.end(), [](char c) {
+        return static_cast<unsigned char>(c) <= ' ' || c == '{' || c == '}';
+    });
+}
+
+std::string to_lower(std::string s) {
+    for (char& c : s) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+    return s;
+}
+
+std::string to_upper(std::string s) {
+    for (char& c : s) c = (c >= 'a' && c <= 'z') ? static_cast<char>(c - 'a' + 'A') : c;
+    return s;
 }
 
 parsed<std::string> url_host_of(const boost::urls::url_view& u) {
@@ -176,7 +298,7 @@ parsed<std::string> url_host_of(const boost::urls::url_view& u) {
 
 parsed<std::uint16_t> url_port_of(const boost::urls::url_view& u) {
     if (!u.has_port()) return std::uint16_t{80};
-    auto port = parse_port(u.port());
+    auto port = parse_decimal(u.port());
     if (!port) return bad_url;
     if (*port < 1 || *port > 65535) return url_port_range;
     return static_cast<std::uint16_t>(*port);
@@ -203,11 +325,56 @@ parsed<upstream_url> parse_upstream_url_why(std::string_view s) {
     const boost::urls::url_view& u = *r;
     if (auto why = check_url_shape(u); !why.empty()) return why;
     auto host = url_host_of(u);
-    if (!host.value) return host.reason;
+    if (!host.value) return reason_text{std::move(host.reason)};
     auto port = url_port_of(u);
-    if (!port.value) return port.reason;
+    if (!port.value) return reason_text{std::move(port.reason)};
     return upstream_url{std::move(*host.value), *port.value, base_path_of(u.encoded_path()),
                         std::string(u.encoded_authority())};
+}
+
+parsed<host_port> parse_host_port_why(std::string_view s) {
+    auto parts = split_host_port(s);
+    if (!parts) return bad_host_port;
+    if (parts->needs_brackets()) return host_port_needs_brackets;
+    bool host_ok = parts->bracketed ? is_ip(AF_INET6, parts->host) : is_dns_name(parts->host);
+    auto port = parse_decimal(parts->port);
+    if (!host_ok || !port) return bad_host_port;
+    if (*port < 1 || *port > 65535) return url_port_range;
+    return host_port{std::string(parts->host), static_cast<std::uint16_t>(*port)};
+}
+
+parsed<unsigned> parse_prefix_length(std::string_view s, unsigned max) {
+    auto n = parse_decimal(s);
+    if (!n) return bad_cidr;
+    if (*n > max) return reason_text{"prefix length must be at most " + std::to_string(max)};
+    return static_cast<unsigned>(*n);
+}
+
+boost::asio::ip::address network_of(const boost::asio::ip::address& a, unsigned prefix) {
+    auto bits = static_cast<unsigned short>(prefix);
+    if (a.is_v4()) return boost::asio::ip::network_v4(a.to_v4(), bits).canonical().address();
+    return boost::asio::ip::network_v6(a.to_v6(), bits).canonical().address();
+}
+
+parsed<cidr> parse_cidr_why(std::string_view s) {
+    auto slash = s.find('/');
+    std::string ip(s.substr(0, slash));
+    boost::system::error_code ec;
+    auto a = boost::asio::ip::make_address(ip, ec);
+    if (ec || ip.find('%') != std::string::npos) return bad_cidr;  // no IPv6 zone ids
+    unsigned max = a.is_v4() ? 32 : 128;
+    unsigned prefix = max;
+    if (slash != std::string_view::npos) {
+        auto p = parse_prefix_length(s.substr(slash + 1), max);
+        if (!p.value) return reason_text{std::move(p.reason)};
+        prefix = *p.value;
+    }
+    auto network = network_of(a, prefix);
+    if (network != a) {
+        return reason_text{"network has host bits set, did you mean " + network.to_string() +
+                           "/" + std::to_string(prefix) + "?"};
+    }
+    return cidr{network, prefix};
 }
 
 // --- YAML readers: a typed value from a node, or a config_error at its position ---
@@ -238,6 +405,68 @@ address read_address(const node_ref& v) {
 
 upstream_url read_upstream_url(const node_ref& v) {
     return take(v, parse_upstream_url_why(v.scalar(bad_url)));
+}
+
+host_port read_host_port(const node_ref& v) {
+    return take(v, parse_host_port_why(v.scalar(bad_host_port)));
+}
+
+cidr read_cidr(const node_ref& v) { return take(v, parse_cidr_why(v.scalar(bad_cidr))); }
+
+// A string that must not be empty.
+std::string read_string(const node_ref& v) {
+    const std::string& s = v.scalar(expected_string);
+    if (s.empty()) v.fail(must_not_be_empty);
+    return s;
+}
+
+// A string that `valid` accepts; `expected` says what it should look like.
+std::string read_checked(const node_ref& v, bool (*valid)(std::string_view),
+                         std::string_view expected) {
+    const std::string& s = v.scalar(expected);
+    if (!valid(s)) v.fail(expected);
+    return s;
+}
+
+std::string read_env_name(const node_ref& v) { return read_checked(v, is_env_name, bad_env_name); }
+
+// One of `names`, as the enumerator at the same position: list them in declaration order.
+template <class E>
+E read_enum(const node_ref& v, std::initializer_list<std::string_view> names) {
+    return static_cast<E>(schema::read_choice_index(v, names));
+}
+
+enum class empty_list { allowed, refused };
+
+void read_list(const node_ref& v, empty_list empty,
+               const std::function<void(const node_ref&)>& read_item) {
+    if (schema::read_sequence(v, read_item) == 0 && empty == empty_list::refused) {
+        v.fail(must_not_be_empty);
+    }
+}
+
+// A list of distinct strings, each read by `read_item`.
+std::vector<std::string> read_distinct(const node_ref& v,
+                                       std::string (*read_item)(const node_ref&)) {
+    std::vector<std::string> out;
+    read_list(v, empty_list::refused, [&](const node_ref& item) {
+        std::string s = read_item(item);
+        if (std::find(out.begin(), out.end(), s) != out.end()) item.fail(listed_twice);
+        out.push_back(std::move(s));
+    });
+    return out;
+}
+
+std::vector<cidr> read_cidrs(const node_ref& v) {
+    std::vector<cidr> out;
+    read_list(v, empty_list::allowed,
+              [&](const node_ref& item) { out.push_back(read_cidr(item)); });
+    return out;
+}
+
+// A limit, burst or cost.
+std::int64_t read_count(const node_ref& v) {
+    return schema::read_uint_as<std::int64_t>(v, 1, max_count);
 }
 
 // --- sections ---
@@ -290,18 +519,416 @@ void read_log(const node_ref& n, log_config& out) {
          [&](const node_ref& v) {
              out.level = schema::read_choice(v, {"trace", "debug", "info", "warn", "error", "off"});
          }},
+        {"access",
+         [&](const node_ref& a) {
+             read_mapping(a, {
+                 // A file path, "-" for stdout or "off".
+                 {"path", [&](const node_ref& v) {
+                      out.access_path = read_string(v);
+                      if (out.access_path.empty()) v.fail("must not be empty: use a file path, \"-\" or off");
+                  }},
+             });
+         }},
     });
 }
 
+// --- store ---
+
+std::vector<host_port> read_host_ports(const node_ref& v) {
+    std::vector<host_port> out;
+    read_list(v, empty_list::refused,
+              [&](const node_ref& item) { out.push_back(read_host_port(item)); });
+    return out;
+}
+
+std::string read_key_prefix(const node_ref& v) {
+    std::string s = read_string(v);
+    if (!is_key_prefix(s)) v.fail(bad_key_prefix);
+    if (s.size() > max_key_prefix) v.fail(key_prefix_too_long);
+    return s;
+}
+
+void read_redis(const node_ref& n, store_config& out) {
+    read_mapping(n, {
+        {"nodes", [&](const node_ref& v) { out.redis_nodes = read_host_ports(v); }},
+        {"password_env", [&](const node_ref& v) { out.redis_password_env = read_env_name(v); }},
+        {"username", [&](const node_ref& v) { out.redis_username = read_string(v); }},
+        {"database",
+         [&](const node_ref& v) { out.redis_database = schema::read_uint_as(v, 0u, 15u); }},
+        {"timeout",
+         [&](const node_ref& v) { out.redis_timeout = read_duration(v, zero::refused); }},
+        {"key_prefix", [&](const node_ref& v) { out.redis_key_prefix = read_key_prefix(v); }},
+    });
+}
+
+void read_store(const node_ref& n, store_config& out) {
+    using kind = store_config::kind;
+    using failure_mode = store_config::failure_mode;
+    read_mapping(n, {
+        {"type",
+         [&](const node_ref& v) {
+             out.type = read_enum<kind>(v, {"memory", "redis", "redis-cluster"});
+         }},
+        {"memory",
+         [&](const node_ref& m) {
+             read_mapping(m, {{"max_keys", [&](const node_ref& v) {
+                                   out.memory_max_keys =
+                                       schema::read_uint_as<std::size_t>(v, 1, 1'000'000'000);
+                               }}});
+         }},
+        {"redis", [&](const node_ref& v) { read_redis(v, out); }},
+        {"on_error",
+         [&](const node_ref& v) { out.on_error = read_enum<failure_mode>(v, {"allow", "deny"}); }},
+        {"hash_secret_env", [&](const node_ref& v) { out.hash_secret_env = read_env_name(v); }},
+    });
+}
+
+// --- clients ---
+
+std::string read_jwt_algorithm(const node_ref& v) {
+    if (v.node().IsScalar() && to_lower(v.node().Scalar()) == "none") v.fail(jwt_alg_none);
+    return schema::read_choice(v, {"HS256", "HS384", "HS512", "RS256", "ES256"});
+}
+
+bool lists_any(const std::vector<std::string>& algorithms,
+               std::initializer_list<std::string_view> wanted) {
+    return std::any_of(algorithms.begin(), algorithms.end(), [&](const std::string& a) {
+        return std::find(wanted.begin(), wanted.end(), a) != wanted.end();
+    });
+}
+
+// The key material the listed algorithms need; reported like a missing key.
+void check_jwt_keys(const node_ref& n, const jwt_config& jwt) {
+    if (lists_any(jwt.algorithms, {"HS256", "HS384", "HS512"}) && jwt.secret_env.empty()) {
+        n.fail_at(n.mark(), n.path_of("secret_env"), jwt_needs_secret);
+    }
+    if (lists_any(jwt.algorithms, {"RS256", "ES256"}) && jwt.public_key_file.empty()) {
+        n.fail_at(n.mark(), n.path_of("public_key_file"), jwt_needs_public_key);
+    }
+}
+
+duration read_leeway(const node_ref& v) {
+    duration d = read_duration(v, zero::allowed);
+    if (d > max_jwt_leeway) v.fail(leeway_too_large);
+    return d;
+}
+
+jwt_config read_jwt(const node_ref& n) {
+    jwt_config jwt;
+    read_mapping(n, {
+        {"header",
+         [&](const node_ref& v) { jwt.header = read_checked(v, is_token, bad_header_name); }},
+        {"algorithms",
+         [&](const node_ref& v) { jwt.algorithms = read_distinct(v, read_jwt_algorithm); },
+         presence::required},
+        {"secret_env", [&](const node_ref& v) { jwt.secret_env = read_env_name(v); }},
+        {"public_key_file", [&](const node_ref& v) { jwt.public_key_file = read_string(v); }},
+        {"claim", [&](const node_ref& v) { jwt.claim = read_string(v); }},
+        {"leeway", [&](const node_ref& v) { jwt.leeway = read_leeway(v); }},
+    });
+    check_jwt_keys(n, jwt);
+    return jwt;
+}
+
+void read_user(const node_ref& n, clients_config& out) {
+    read_mapping(n, {
+        {"api_key_header",
+         [&](const node_ref& v) {
+             out.api_key_header = read_checked(v, is_token, bad_header_name);
+         }},
+        {"jwt", [&](const node_ref& v) { out.jwt = read_jwt(v); }},
+    });
+}
+
+void read_clients(const node_ref& n, clients_config& out) {
+    using forwarded_kind = clients_config::forwarded_kind;
+    read_mapping(n, {
+        {"trusted_proxies", [&](const node_ref& v) { out.trusted_proxies = read_cidrs(v); }},
+        {"forwarded_header",
+         [&](const node_ref& v) {
+             out.forwarded_header =
+                 read_enum<forwarded_kind>(v, {"x-forwarded-for", "forwarded", "none"});
+         }},
+        {"ipv6_prefix",
+         [&](const node_ref& v) { out.ipv6_prefix = schema::read_uint_as(v, 1u, 128u); }},
+        {"allow", [&](const node_ref& v) { out.allow = read_cidrs(v); }},
+        {"user", [&](const node_ref& v) { read_user(v, out); }},
+    });
+}
+
+void read_response(const node_ref& n, response_config& out) {
+    using header_style = response_config::header_style;
+    read_mapping(n, {
+        {"headers",
+         [&](const node_ref& v) {
+             out.headers = read_enum<header_style>(v, {"ietf", "legacy", "both", "none"});
+         }},
+    });
+}
+
+// --- policies ---
+
+// In the declaration order of `algorithm`.
+constexpr std::array<std::string_view, 4> algorithm_names{"fixed", "sliding", "gcra", "log"};
+
+std::string_view name_of(algorithm a) { return algorithm_names[static_cast<std::size_t>(a)]; }
+
+// Where the keys of a tier were written, for the checks that need the whole tier.
+struct tier_nodes {
+    std::optional<node_ref> limit, per, precision, burst;
+};
+
+duration read_per(const node_ref& v) {
+    duration d = read_duration(v, zero::refused);
+    if (d > max_per) v.fail(per_too_large);
+    return d;
+}
+
+void settle_sliding(tier_config& t, const tier_nodes& at) {
+    if (!at.precision) {
+        if (t.per.count() % 10 != 0) at.per->fail(no_default_precision);
+        t.precision = t.per / 10;
+        return;
+    }
+    if (t.per % t.precision != duration::zero()) {
+        at.precision->fail("must divide per (" + format_duration(t.per) + ") exactly");
+    }
+    if (t.per / t.precision > max_buckets) {
+        at.precision->fail("too many buckets: per / precision is " +
+                           std::to_string(t.per / t.precision) + ", at most " +
+                           std::to_string(max_buckets));
+    }
+}
+
+void settle_gcra(tier_config& t, const tier_nodes& at) {
+    if (!at.burst) {
+        t.burst = t.limit;
+        return;
+    }
+    double tolerance_ms = static_cast<double>(t.burst) * static_cast<double>(t.per.count()) /
+                          static_cast<double>(t.limit);
+    if (tolerance_ms > static_cast<double>(max_per.count())) {
+        at.burst->fail(gcra_tolerance_too_large);
+    }
+}
+
+// Cross-key rules and defaults that depend on the algorithm.
+void settle_tier(tier_config& t, const tier_nodes& at) {
+    if (at.precision && t.algo != algorithm::sliding) at.precision->fail(precision_sliding_only);
+    if (at.burst && t.algo != algorithm::gcra) at.burst->fail(burst_gcra_only);
+    switch (t.algo) {
+        case algorithm::sliding: settle_sliding(t, at); break;
+        case algorithm::fixed: t.precision = t.per; break;
+        case algorithm::gcra: settle_gcra(t, at); break;
+        case algorithm::log:
+            if (t.limit > max_log_limit) at.limit->fail(log_limit_too_large);
+            break;
+    }
+}
+
+std::string tier_id(const std::string& policy, const tier_config& t) {
+    std::string last = t.algo == algorithm::gcra  ? std::to_string(t.burst)
+                       : t.algo == algorithm::log ? format_duration(t.per)
+                                                  : format_duration(t.precision);
+    std::string id = policy + "/" + t.kind + "/";
+    id += name_of(t.algo);
+    return id + "/" + format_duration(t.per) + "/" + last;
+}
+
+tier_config read_tier(const node_ref& n, const std::string& policy, const std::string& kind) {
+    tier_config t;
+    t.kind = kind;
+    tier_nodes at;
+    read_mapping(n, {
+        {"limit", [&](const node_ref& v) { t.limit = read_count(v); at.limit = v; },
+         presence::required},
+        {"per", [&](const node_ref& v) { t.per = read_per(v); at.per = v; }, presence::required},
+        {"algorithm",
+         [&](const node_ref& v) {
+             t.algo = read_enum<algorithm>(v, {"fixed", "sliding", "gcra", "log"});
+         }},
+        {"precision",
+         [&](const node_ref& v) {
+             t.precision = read_duration(v, zero::refused);
+             at.precision = v;
+         }},
+        {"burst", [&](const node_ref& v) { t.burst = read_count(v); at.burst = v; }},
+        {"min_interval",
+         [&](const node_ref& v) { t.min_interval = read_duration(v, zero::allowed); }},
+    });
+    settle_tier(t, at);
+    t.id = tier_id(policy, t);
+    return t;
+}
+
+std::vector<tier_config> read_tiers(const node_ref& v, const std::string& policy,
+                                    const std::string& kind) {
+    std::vector<tier_config> out;
+    schema::read_sequence(v, [&](const node_ref& item) {
+        tier_config t = read_tier(item, policy, kind);
+        for (std::size_t i = 0; i < out.size(); ++i) {
+            if (out[i].id == t.id) {
+                item.fail("duplicate tier (same id as tier " + std::to_string(i) + ": " + t.id +
+                          ")");
+            }
+        }
+        out.push_back(std::move(t));
+    });
+    return out;
+}
+
+std::vector<std::string> names_of(const std::vector<tier_config*>& tiers) {
+    std::vector<std::string> names;
+    for (const tier_config* t : tiers) names.push_back(t->name);
+    return names;
+}
+
+void append_part(std::string& name, std::string_view part) {
+    name += '-';
+    name += part;
+}
+
+// Header names "<kind>-<per>", unique within the policy: names shared by several tiers get
+// "-<algorithm>", and any still shared "-2", "-3"... from the second one on.
+void name_tiers(policy_config& p) {
+    std::vector<tier_config*> tiers;
+    for (auto* list : {&p.ip, &p.user}) {
+        for (tier_config& t : *list) tiers.push_back(&t);
+    }
+    for (tier_config* t : tiers) {
+        t->name = t->kind;
+        append_part(t->name, format_duration(t->per));
+    }
+    std::vector<std::string> names = names_of(tiers);
+    for (std::size_t i = 0; i < tiers.size(); ++i) {
+        if (std::count(names.begin(), names.end(), names[i]) > 1) {
+            append_part(tiers[i]->name, name_of(tiers[i]->algo));
+        }
+    }
+    names = names_of(tiers);
+    for (auto it = names.begin(); it != names.end(); ++it) {
+        auto before = std::count(names.begin(), it, *it);
+        if (before > 0) append_part(tiers[it - names.begin()]->name, std::to_string(before + 1));
+    }
+}
+
+policy_config read_policy(const node_ref& n, const std::string& name) {
+    policy_config p;
+    p.name = name;
+    read_mapping(n, {
+        {"shadow", [&](const node_ref& v) { p.shadow = schema::read_bool(v); }},
+        {"ip", [&](const node_ref& v) { p.ip = read_tiers(v, name, "ip"); }},
+        {"user", [&](const node_ref& v) { p.user = read_tiers(v, name, "user"); }},
+    });
+    if (p.ip.empty() && p.user.empty()) n.fail(policy_without_tiers);
+    name_tiers(p);
+    return p;
+}
+
+void read_policies(const node_ref& n, std::vector<policy_config>& out) {
+    schema::read_entries(n, [&](const std::string& name, const node_ref& v) {
+        if (name == "none") v.fail_at_key(reserved_policy_name);
+        if (!is_policy_name(name)) v.fail_at_key(bad_policy_name);
+        out.push_back(read_policy(v, name));
+    });
+}
+
+// --- routes ---
+
+// Where a route names its policy and cost: checked once every policy is known.
+struct route_nodes {
+    std::optional<node_ref> policy, cost;
+};
+
+std::string read_method(const node_ref& v) {
+    return to_upper(read_checked(v, is_token, bad_method));
+}
+
+void read_match(const node_ref& n, route_config& r) {
+    auto read_path = [&](const node_ref& v, std::string& out) {
+        if (!r.path.empty() || !r.path_prefix.empty()) v.fail_at_key(path_and_path_prefix);
+        out = read_checked(v, is_route_path, bad_route_path);
+    };
+    read_mapping(n, {
+        {"path", [&](const node_ref& v) { read_path(v, r.path); }},
+        {"path_prefix", [&](const node_ref& v) { read_path(v, r.path_prefix); }},
+        {"methods", [&](const node_ref& v) { r.methods = read_distinct(v, read_method); }},
+        {"host",
+         [&](const node_ref& v) {
+             r.host = to_lower(read_checked(v, is_dns_name, bad_route_host));
+         }},
+    });
+    if (r.path.empty() && r.path_prefix.empty()) n.fail(route_needs_path);
+}
+
+route_config read_route(const node_ref& n, route_nodes& at) {
+    route_config r;
+    read_mapping(n, {
+        {"match", [&](const node_ref& v) { read_match(v, r); }, presence::required},
+        {"policy",
+         [&](const node_ref& v) {
+             r.policy = v.scalar(expected_policy_name);
+             at.policy = v;
+         },
+         presence::required},
+        {"cost", [&](const node_ref& v) { r.cost = read_count(v); at.cost = v; }},
+        {"name", [&](const node_ref& v) { r.name = read_string(v); }},
+    });
+    if (r.name.empty()) r.name = r.path.empty() ? r.path_prefix + "*" : r.path;
+    return r;
+}
+
+void read_routes(const node_ref& n, std::vector<route_config>& out, std::vector<route_nodes>& at) {
+    schema::read_sequence(n, [&](const node_ref& item) {
+        out.push_back(read_route(item, at.emplace_back()));
+    });
+}
+
+std::string cost_exceeds(std::int64_t cost, std::string_view what, std::int64_t bound,
+                         const tier_config& t) {
+    return "cost " + std::to_string(cost) + " exceeds the " + std::string(what) + " " +
+           std::to_string(bound) + " of tier " + t.id;
+}
+
+void check_cost(const node_ref& at, std::int64_t cost, const policy_config& p) {
+    for (const auto* tiers : {&p.ip, &p.user}) {
+        for (const tier_config& t : *tiers) {
+            if (cost > t.limit) at.fail(cost_exceeds(cost, "limit", t.limit, t));
+            if (t.algo == algorithm::gcra && cost > t.burst) {
+                at.fail(cost_exceeds(cost, "burst", t.burst, t));
+            }
+        }
+    }
+}
+
+void check_routes(const config& c, const std::vector<route_nodes>& at) {
+    for (std::size_t i = 0; i < c.routes.size(); ++i) {
+        const route_config& r = c.routes[i];
+        if (r.policy == "none") continue;
+        const policy_config* p = c.find_policy(r.policy);
+        if (p == nullptr) at[i].policy->fail("no policy named \"" + r.policy + "\"");
+        if (at[i].cost) check_cost(*at[i].cost, r.cost, *p);
+    }
+}
+
+// --- the file ---
+
 void read_config(const node_ref& root, config& out) {
     if (!root.node().IsMap()) root.fail("expected a mapping");
+    std::vector<route_nodes> route_nodes;
     read_mapping(root, {
         {"server", [&](const node_ref& v) { read_server(v, out.server); }},
         {"admin", [&](const node_ref& v) { read_admin(v, out.admin); }},
         {"upstream", [&](const node_ref& v) { read_upstream(v, out.upstream); },
          presence::required},
         {"log", [&](const node_ref& v) { read_log(v, out.log); }},
+        {"store", [&](const node_ref& v) { read_store(v, out.store); }},
+        {"clients", [&](const node_ref& v) { read_clients(v, out.clients); }},
+        {"response", [&](const node_ref& v) { read_response(v, out.response); }},
+        {"policies", [&](const node_ref& v) { read_policies(v, out.policies); }},
+        {"routes", [&](const node_ref& v) { read_routes(v, out.routes, route_nodes); }},
     });
+    check_routes(out, route_nodes);
 }
 
 // The single document of the file; an empty file is an empty (null) document.
@@ -331,6 +958,12 @@ std::string read_whole_file(const std::string& path) {
 
 }  // namespace
 
+const policy_config* config::find_policy(std::string_view name) const {
+    auto it = std::find_if(policies.begin(), policies.end(),
+                           [&](const policy_config& p) { return p.name == name; });
+    return it == policies.end() ? nullptr : &*it;
+}
+
 std::string address::to_string() const {
     bool v6 = host.find(':') != std::string::npos;
     std::string out = v6 ? "[" + host + "]" : host;
@@ -357,6 +990,22 @@ std::optional<address> parse_address(std::string_view s) { return parse_address_
 
 std::optional<upstream_url> parse_upstream_url(std::string_view s) {
     return parse_upstream_url_why(s).value;
+}
+
+std::optional<cidr> parse_cidr(std::string_view s) { return parse_cidr_why(s).value; }
+
+std::optional<host_port> parse_host_port(std::string_view s) {
+    return parse_host_port_why(s).value;
+}
+
+std::string format_duration(duration d) {
+    for (const duration_unit& u : duration_units) {
+        auto ms = static_cast<duration::rep>(u.ms);
+        if (d.count() % ms == 0 && (d.count() != 0 || u.ms == 1)) {
+            return std::to_string(d.count() / ms) + std::string(u.name);
+        }
+    }
+    return {};  // unreachable: every count is a multiple of 1ms
 }
 
 }  // namespace sluice::config

@@ -59,7 +59,8 @@ struct upstream_config {
 };
 
 struct log_config {
-    std::string level = "info";  // trace | debug | info | warn | error | off
+    std::string level = "info";        // trace | debug | info | warn | error | off
+    std::string access_path = "-";     // log.access.path: a file, "-" (stdout) or "off"
 };
 
 // "host:port" where host may be a DNS name or an IP literal ("[::1]:6379" for IPv6).

@@ -1,6 +1,7 @@
 #include "config/yaml_schema.hpp"
 
 #include <charconv>
+#include <set>
 #include <vector>
 
 #include "config/config.hpp"
@@ -15,6 +16,8 @@ constexpr std::string_view unknown_key = "unknown key";
 constexpr std::string_view duplicate_key = "duplicate key";
 constexpr std::string_view missing_key = "required key is missing";
 constexpr std::string_view expected_uint = "expected a non-negative integer";
+constexpr std::string_view expected_list = "expected a list";
+constexpr std::string_view expected_bool = "expected true or false";
 
 // yaml-cpp marks are 0-based; a null mark (no position known) reads as the file start.
 int one_based(int n) { return n < 0 ? 1 : n + 1; }
@@ -46,13 +49,27 @@ void check_missing(const node_ref& map, std::initializer_list<field> fields,
 // One `key: value` of `map`: the key must be known and not seen before.
 void read_entry(const node_ref& map, std::initializer_list<field> fields,
                 std::vector<bool>& seen, const YAML::Node& key, const YAML::Node& value) {
-    if (!key.IsScalar()) map.fail_at(key.Mark(), map.path(), expected_key);
     const field* f = find_field(fields, key.Scalar());
     if (f == nullptr) map.fail_at(key.Mark(), map.path_of(key.Scalar()), unknown_key);
     std::size_t i = index_of(fields, f);
     if (seen[i]) map.fail_at(key.Mark(), map.path_of(key.Scalar()), duplicate_key);
     seen[i] = true;
     f->read(map.child(key, value));
+}
+
+// Calls `visit(key, value)` for each entry of a mapping (or of none, for an empty value),
+// after checking that the key is a plain scalar.
+template <class Visit>
+void for_each_entry(const node_ref& map, Visit visit) {
+    if (!map.is_null() && !map.node().IsMap()) map.fail(expected_mapping);
+    if (!map.node().IsMap()) return;
+    // yaml-cpp iterators yield pairs by value: copy them, never bind `it->first`.
+    for (auto it = map.node().begin(); it != map.node().end(); ++it) {
+        const YAML::Node key = it->first;
+        const YAML::Node value = it->second;
+        if (!key.IsScalar()) map.fail_at(key.Mark(), map.path(), expected_key);
+        visit(key, value);
+    }
 }
 
 }  // namespace
@@ -82,6 +99,10 @@ YAML::Mark node_ref::mark() const {
     return own;
 }
 
+node_ref node_ref::item(const YAML::Node& value, std::size_t index) const {
+    return node_ref(value, path_ + '[' + std::to_string(index) + ']', *source_, mark());
+}
+
 node_ref node_ref::child(const YAML::Node& key_node, const YAML::Node& value) const {
     return node_ref(value, path_of(key_node.Scalar()), *source_, key_node.Mark());
 }
@@ -96,6 +117,8 @@ std::string node_ref::path_of(std::string_view key) const {
 
 void node_ref::fail(std::string_view reason) const { fail_at(mark(), path_, reason); }
 
+void node_ref::fail_at_key(std::string_view reason) const { fail_at(fallback_, path_, reason); }
+
 void node_ref::fail_at(const YAML::Mark& mark, std::string_view path,
                        std::string_view reason) const {
     throw_error(*source_, mark, path, reason);
@@ -107,17 +130,37 @@ const std::string& node_ref::scalar(std::string_view expected) const {
 }
 
 void read_mapping(const node_ref& map, std::initializer_list<field> fields) {
-    if (!map.is_null() && !map.node().IsMap()) map.fail(expected_mapping);
     std::vector<bool> seen(fields.size(), false);
-    if (map.node().IsMap()) {
-        // yaml-cpp iterators yield pairs by value: copy them, never bind `it->first`.
-        for (auto it = map.node().begin(); it != map.node().end(); ++it) {
-            const YAML::Node key = it->first;
-            const YAML::Node value = it->second;
-            read_entry(map, fields, seen, key, value);
-        }
-    }
+    for_each_entry(map, [&](const YAML::Node& key, const YAML::Node& value) {
+        read_entry(map, fields, seen, key, value);
+    });
     check_missing(map, fields, seen);
+}
+
+void read_entries(const node_ref& map,
+                  const std::function<void(const std::string&, const node_ref&)>& read) {
+    std::set<std::string> seen;
+    for_each_entry(map, [&](const YAML::Node& key, const YAML::Node& value) {
+        if (!seen.insert(key.Scalar()).second) {
+            map.fail_at(key.Mark(), map.path_of(key.Scalar()), duplicate_key);
+        }
+        read(key.Scalar(), map.child(key, value));
+    });
+}
+
+std::size_t read_sequence(const node_ref& seq, const std::function<void(const node_ref&)>& read) {
+    if (!seq.is_null() && !seq.node().IsSequence()) seq.fail(expected_list);
+    std::size_t n = 0;
+    if (seq.node().IsSequence()) {
+        for (YAML::Node item : seq.node()) read(seq.item(item, n++));
+    }
+    return n;
+}
+
+bool read_bool(const node_ref& value) {
+    const std::string& text = value.scalar(expected_bool);
+    if (text != "true" && text != "false") value.fail(expected_bool);
+    return text == "true";
 }
 
 void check_range(const node_ref& value, std::uint64_t n, std::uint64_t min, std::uint64_t max) {
@@ -136,17 +179,22 @@ std::uint64_t read_uint(const node_ref& value, std::uint64_t min, std::uint64_t 
     return n;
 }
 
-std::string read_choice(const node_ref& value, std::initializer_list<std::string_view> choices) {
+std::size_t read_choice_index(const node_ref& value,
+                              std::initializer_list<std::string_view> choices) {
     std::string list;
     for (std::string_view c : choices) {
         list += list.empty() ? "" : ", ";
         list += c;
     }
     const std::string& text = value.scalar("expected one of " + list);
-    for (std::string_view c : choices) {
-        if (text == c) return text;
+    for (std::size_t i = 0; i < choices.size(); ++i) {
+        if (text == choices.begin()[i]) return i;
     }
     value.fail("must be one of " + list);
+}
+
+std::string read_choice(const node_ref& value, std::initializer_list<std::string_view> choices) {
+    return std::string(choices.begin()[read_choice_index(value, choices)]);
 }
 
 }  // namespace sluice::config::schema

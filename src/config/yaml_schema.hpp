@@ -5,6 +5,8 @@
 // "FILE:LINE:COLUMN: key.path: reason". A section is read by read_mapping() with a table
 // of the keys it knows: unknown and duplicate keys are reported at the key, missing
 // required keys at the mapping that lacks them. Adding a section is adding a table.
+// Mappings whose keys are names chosen by the user (policies) are read by read_entries(),
+// lists by read_sequence(); a list item's path is "key[INDEX]", counted from 0.
 //
 // Not thread-safe by design: a load runs on one thread and throws on the first error.
 #pragma once
@@ -39,10 +41,15 @@ public:
     // The value under `key` in this mapping; `key_node` supplies the fallback position.
     node_ref child(const YAML::Node& key_node, const YAML::Node& value) const;
 
+    // Item `index` of this sequence: path "routes" + 2 -> "routes[2]".
+    node_ref item(const YAML::Node& value, std::size_t index) const;
+
     // Key path of `key` below this node: "server" + "listen" -> "server.listen".
     std::string path_of(std::string_view key) const;
 
     [[noreturn]] void fail(std::string_view reason) const;
+    // At this value's key (a mapping value), or where the list holding it starts (an item).
+    [[noreturn]] void fail_at_key(std::string_view reason) const;
     [[noreturn]] void fail_at(const YAML::Mark& mark, std::string_view path,
                               std::string_view reason) const;
 
@@ -71,6 +78,18 @@ struct field {
 // (`server:` with nothing under it) counts as an empty mapping.
 void read_mapping(const node_ref& map, std::initializer_list<field> fields);
 
+// Reads a mapping whose keys are names chosen by the user, in document order: `read` gets
+// each key and its value. Keys must be plain and unique. An empty value has no entries.
+void read_entries(const node_ref& map,
+                  const std::function<void(const std::string&, const node_ref&)>& read);
+
+// Reads a sequence item by item, in order; an empty value counts as an empty list.
+// Fails with "expected a list" when the value is something else. Returns the item count.
+std::size_t read_sequence(const node_ref& seq, const std::function<void(const node_ref&)>& read);
+
+// "true" or "false", exactly.
+bool read_bool(const node_ref& value);
+
 // A plain decimal integer in [min, max]; signs, blanks and other bases are rejected.
 std::uint64_t read_uint(const node_ref& value, std::uint64_t min, std::uint64_t max);
 
@@ -81,6 +100,10 @@ T read_uint_as(const node_ref& value, T min, T max) {
 
 // One of `choices`, compared exactly.
 std::string read_choice(const node_ref& value, std::initializer_list<std::string_view> choices);
+
+// The position of the value among `choices`, compared exactly.
+std::size_t read_choice_index(const node_ref& value,
+                              std::initializer_list<std::string_view> choices);
 
 // Fails with "must be between MIN and MAX" unless min <= n <= max.
 void check_range(const node_ref& value, std::uint64_t n, std::uint64_t min, std::uint64_t max);

@@ -8,6 +8,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
+#include <boost/json.hpp>
 #include <spdlog/spdlog.h>
 
 namespace sluice::http {
@@ -21,13 +22,44 @@ namespace {
 
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
-bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_body>& req,
-                                           const metrics::registry& metrics, const std::function<bool()>& ready) {
+struct admin_hooks {
+    const metrics::registry& metrics;
+    std::function<bool()> ready;
+    std::function<app::reload_result()> reload;
+};
+
+std::string reload_body(const app::reload_result& r) {
+    boost::json::object o;
+    if (r.ok) {
+        o["status"] = "reloaded";
+        boost::json::array keys;
+        for (const auto& k : r.restart_required) keys.emplace_back(k);
+        o["restart_required"] = std::move(keys);
+    } else {
+        o["error"] = "invalid_config";
+        o["message"] = r.message;
+    }
+    return boost::json::serialize(o);
+}
+
+bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_body>& req, const admin_hooks& hooks) {
+    const auto& metrics = hooks.metrics;
+    const auto& ready = hooks.ready;
     bhttp::response<bhttp::string_body> res{bhttp::status::ok, req.version()};
     res.set(bhttp::field::content_type, "application/json");
     auto target = req.target();
     auto path = target.substr(0, target.find('?'));
-    if (req.method() != bhttp::verb::get && req.method() != bhttp::verb::head) {
+    if (path == "/reload") {
+        if (req.method() != bhttp::verb::post) {
+            res.result(bhttp::status::method_not_allowed);
+            res.set(bhttp::field::allow, "POST");
+            res.body() = R"({"error":"method_not_allowed"})";
+        } else {
+            auto r = hooks.reload();
+            res.result(r.ok ? bhttp::status::ok : bhttp::status::unprocessable_entity);
+            res.body() = reload_body(r);
+        }
+    } else if (req.method() != bhttp::verb::get && req.method() != bhttp::verb::head) {
         res.result(bhttp::status::method_not_allowed);
         res.set(bhttp::field::allow, "GET, HEAD");
         res.body() = R"({"error":"method_not_allowed"})";
@@ -50,8 +82,7 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
     return res;
 }
 
-asio::awaitable<void> serve_admin(tcp::socket socket, const metrics::registry& metrics,
-                                  std::function<bool()> ready) {
+asio::awaitable<void> serve_admin(tcp::socket socket, admin_hooks hooks) {
     beast::tcp_stream stream(std::move(socket));
     beast::flat_buffer buffer;
     for (;;) {
@@ -61,7 +92,7 @@ asio::awaitable<void> serve_admin(tcp::socket socket, const metrics::registry& m
         stream.expires_after(std::chrono::seconds(30));
         auto [ec, n] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
         if (ec) break;
-        auto res = answer(parser.get(), metrics, ready);
+        auto res = answer(parser.get(), hooks);
         auto [wec, wn] = co_await bhttp::async_write(stream, res, use_tuple);
         if (wec || !res.keep_alive()) break;
     }
@@ -72,8 +103,8 @@ asio::awaitable<void> serve_admin(tcp::socket socket, const metrics::registry& m
 }  // namespace
 
 admin_server::admin_server(asio::io_context& ioc, tcp::endpoint listen, const metrics::registry& metrics,
-                           std::function<bool()> ready)
-    : ioc_(ioc), acceptor_(ioc), metrics_(metrics), ready_(std::move(ready)) {
+                           std::function<bool()> ready, std::function<app::reload_result()> reload)
+    : ioc_(ioc), acceptor_(ioc), metrics_(metrics), ready_(std::move(ready)), reload_(std::move(reload)) {
     acceptor_.open(listen.protocol());
     acceptor_.set_option(asio::socket_base::reuse_address(true));
     acceptor_.bind(listen);
@@ -88,7 +119,7 @@ void admin_server::start() {
                 auto [ec, socket] = co_await acceptor_.async_accept(use_tuple);
                 if (!acceptor_.is_open()) co_return;
                 if (ec) continue;
-                asio::co_spawn(ioc_, serve_admin(std::move(socket), metrics_, ready_), [](std::exception_ptr e) {
+                asio::co_spawn(ioc_, serve_admin(std::move(socket), admin_hooks{metrics_, ready_, reload_}), [](std::exception_ptr e) {
                     if (e) spdlog::warn("admin connection ended by an exception");
                 });
             }

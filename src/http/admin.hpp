@@ -8,14 +8,17 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include "app/reload.hpp"
+
 #include <functional>
 
 namespace sluice::http {
 
 class admin_server {
 public:
+    // `reload` re-reads the config file (POST /reload); it runs on this io_context's thread.
     admin_server(boost::asio::io_context& ioc, boost::asio::ip::tcp::endpoint listen, const metrics::registry& metrics,
-                 std::function<bool()> ready);
+                 std::function<bool()> ready, std::function<app::reload_result()> reload);
     boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
     void start();
     void stop();
@@ -25,6 +28,7 @@ private:
     boost::asio::ip::tcp::acceptor acceptor_;
     const metrics::registry& metrics_;
     std::function<bool()> ready_;
+    std::function<app::reload_result()> reload_;
 };
 
 }  // namespace sluice::http

@@ -1,6 +1,9 @@
 #include "http/session.hpp"
 
+#include "http/access_log.hpp"
+#include "http/admission.hpp"
 #include "http/message.hpp"
+#include "limit/rules.hpp"
 #include "proxy/headers.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -34,14 +37,11 @@ constexpr auto linger_time = std::chrono::seconds(2);
 
 bool is_timeout(const error_code& ec) { return ec == boost::beast::error::timeout; }
 
-std::string client_address(const tcp::socket& s) {
+asio::ip::address peer_address(const tcp::socket& s) {
     error_code ec;
     auto ep = s.remote_endpoint(ec);
-    if (ec) return "unknown";
-    auto a = ep.address();
-    if (a.is_v6() && a.to_v6().is_v4_mapped())
-        return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6()).to_string();
-    return a.to_string();
+    if (ec) return {};
+    return identity::normalize(ep.address());
 }
 
 metrics::upstream_error connect_error_kind(const error_code& ec) {
@@ -76,7 +76,12 @@ std::string error_response(unsigned status, std::string_view code, std::string_v
 class session {
 public:
     session(worker& w, tcp::socket s)
-        : w_(w), cfg_(w.cfg), client_(std::move(s)), client_ip_(client_address(client_)) {}
+        : w_(w),
+          snap_(w.snap),
+          cfg_(snap_->cfg.get()),
+          client_(std::move(s)),
+          peer_(peer_address(client_)),
+          client_ip_(peer_.to_string()) {}
 
     awaitable<void> run();
 
@@ -91,12 +96,12 @@ private:
     awaitable<head_result> read_request_head();
     awaitable<bool> handle_request();
     awaitable<bool> forward(body_framing framing, std::uint64_t length, bool upgrade);
-    enum class outcome { close, keep_alive, retry };
-    awaitable<outcome> relay_response(proxy::upstream_connection& up, bool upgrade, bool may_retry, bool& reusable);
-    awaitable<outcome> fail_response(unsigned status, const char* code, const char* message) {
-        co_return co_await fail(status, code, message, true) ? outcome::keep_alive : outcome::close;
+    enum class relay_outcome { close, keep_alive, retry };
+    awaitable<relay_outcome> relay_response(proxy::upstream_connection& up, bool upgrade, bool may_retry, bool& reusable);
+    awaitable<relay_outcome> fail_response(unsigned status, const char* code, const char* message) {
+        co_return co_await fail(status, code, message, true) ? relay_outcome::keep_alive : relay_outcome::close;
     }
-    static outcome keep(bool keep_alive) { return keep_alive ? outcome::keep_alive : outcome::close; }
+    static relay_outcome keep(bool keep_alive) { return keep_alive ? relay_outcome::keep_alive : relay_outcome::close; }
     awaitable<void> tunnel(proxy::upstream_connection& up);
     awaitable<void> copy(tcp::socket& from, boost::beast::flat_buffer& buf, tcp::socket& to);
     template <class Parser>
@@ -109,6 +114,7 @@ private:
     awaitable<error_code> write_all(tcp::socket& s, std::string_view data, clock::duration timeout);
     awaitable<error_code> connect(proxy::upstream_connection& up);
     awaitable<bool> fail(unsigned status, const char* code, const char* message, bool keep_alive = false);
+    awaitable<bool> reject_limited(const std::string& policy);
     awaitable<void> linger();
     void finish(unsigned status);
 
@@ -117,9 +123,17 @@ private:
     }
 
     worker& w_;
-    std::shared_ptr<const config::config> cfg_;  // the snapshot this connection started with
+    std::shared_ptr<const snapshot> snap_;  // the snapshot the current request started with
+    const config::config* cfg_;
     tcp::socket client_;
+    asio::ip::address peer_;
     std::string client_ip_;
+    admission admission_;
+    outcome outcome_;
+    std::size_t route_slot_ = 0;
+    const limit::route* route_ = nullptr;
+    clock::time_point upstream_asked_{};
+    double upstream_ms_ = -1;
     boost::beast::flat_buffer in_;
     std::string out_;
     message_head req_, resp_;
@@ -160,6 +174,15 @@ awaitable<void> session::run() {
 }
 
 awaitable<session::head_result> session::read_request_head() {
+    if (snap_ != w_.snap) {
+        snap_ = w_.snap;
+        cfg_ = snap_->cfg.get();
+    }
+    route_slot_ = snap_->unmatched_slot;
+    route_ = nullptr;
+    upstream_ms_ = -1;
+    outcome_ = outcome{};
+    resp_sink_.bytes = 0;
     req_parser_.emplace(req_, req_sink_);
     req_sink_ = body_sink{&out_, body_sink::framing::none, 0};
     auto& p = *req_parser_;
@@ -226,6 +249,27 @@ awaitable<bool> session::handle_request() {
     if (length && *length > cfg_->server.max_body_bytes)
         co_return co_await fail(413, "payload_too_large", "the request body exceeds server.max_body_bytes");
 
+    const limit::route* route = snap_->rules.match(req_.method_text(), req_.find(bhttp::field::host), req_.target());
+    route_ = route;
+    if (route) route_slot_ = route->metric_slot;
+    if (route && route->limits && admission_.prepare(*snap_, *route, req_, peer_, w_.hasher, outcome_)) {
+        const auto asked = clock::now();
+        auto result = w_.store.try_check(admission_.request());
+        if (!result) result = co_await w_.store.check(admission_.request());
+        w_.metrics.store_called(std::chrono::duration<double>(clock::now() - asked).count());
+        admission_.conclude(*snap_, *route, *result, w_.metrics, outcome_);
+    }
+    switch (outcome_.what) {
+        case outcome::kind::pass: break;
+        case outcome::kind::limited: co_return co_await reject_limited(route->limits->name);
+        case outcome::kind::unauthorized:
+            w_.metrics.unauthorized();
+            co_return co_await fail(401, "unauthorized", outcome_.reason.c_str(), true);
+        case outcome::kind::store_down:
+            co_return co_await fail(503, "store_unavailable",
+                                    "the rate-limit store cannot be reached and store.on_error is deny", true);
+    }
+
     body_framing framing = p.chunked() ? body_framing::chunked : length ? body_framing::length : body_framing::none;
     bool upgrade = proxy::connection_tokens(req_).has("upgrade") && req_.count(bhttp::field::upgrade) > 0;
     co_return co_await forward(framing, length.value_or(0), upgrade);
@@ -290,9 +334,9 @@ awaitable<bool> session::forward(body_framing framing, std::uint64_t length, boo
         if (!ec) {
             bool reusable = false;
             auto o = co_await relay_response(*up, upgrade, up->reused && retriable && !retried, reusable);
-            if (o != outcome::retry) {
+            if (o != relay_outcome::retry) {
                 if (reusable) w_.pool.give_back(std::move(up));
-                co_return o == outcome::keep_alive;
+                co_return o == relay_outcome::keep_alive;
             }
         } else if (!(up->reused && retriable && !retried)) {
             w_.metrics.upstream_failed(is_timeout(ec) ? metrics::upstream_error::timeout : metrics::upstream_error::reset);
@@ -306,7 +350,7 @@ awaitable<bool> session::forward(body_framing framing, std::uint64_t length, boo
 
 // Reads the upstream's answer and relays it. Answers retry, having sent nothing, when
 // may_retry and the upstream closed before any byte of a response.
-awaitable<session::outcome> session::relay_response(proxy::upstream_connection& up, bool upgrade, bool may_retry,
+awaitable<session::relay_outcome> session::relay_response(proxy::upstream_connection& up, bool upgrade, bool may_retry,
                                                     bool& reusable) {
     auto& p = *req_parser_;
     const auto& up_cfg = cfg_->upstream;
@@ -318,9 +362,11 @@ awaitable<session::outcome> session::relay_response(proxy::upstream_connection& 
         rp.body_limit(boost::none);
         if (req_.method == bhttp::verb::head) rp.skip(true);
         bool got_some = false;
+        if (upstream_ms_ < 0) upstream_asked_ = clock::now();
         auto ec = co_await read_head(rp, up.socket, up.buffer, up_cfg.timeout, got_some);
+        upstream_ms_ = std::chrono::duration<double, std::milli>(clock::now() - upstream_asked_).count();
         if (ec) {
-            if (!got_some && may_retry && !is_timeout(ec)) co_return outcome::retry;
+            if (!got_some && may_retry && !is_timeout(ec)) co_return relay_outcome::retry;
             w_.metrics.upstream_failed(is_timeout(ec) ? metrics::upstream_error::timeout : metrics::upstream_error::reset);
             if (is_timeout(ec))
                 co_return co_await fail_response(504, "upstream_timeout", "the upstream did not answer within upstream.timeout");
@@ -334,7 +380,7 @@ awaitable<session::outcome> session::relay_response(proxy::upstream_connection& 
             out_.clear();
             proxy::write_response_head(out_, resp_, {}, body_framing::none, 0);
             ec = co_await write_all(client_, out_, cfg_->server.idle_timeout);
-            if (ec) co_return outcome::close;
+            if (ec) co_return relay_outcome::close;
         }
         resp_parser_.emplace(resp_, resp_sink_);  // rp now names the new parser
     }
@@ -347,7 +393,7 @@ awaitable<session::outcome> session::relay_response(proxy::upstream_connection& 
         auto ec = co_await write_all(client_, out_, cfg_->server.idle_timeout);
         finish(101);
         if (!ec) co_await tunnel(up);
-        co_return outcome::close;
+        co_return relay_outcome::close;
     }
 
     const bool no_body = req_.method == bhttp::verb::head || status == 204 || status == 304;
@@ -361,7 +407,8 @@ awaitable<session::outcome> session::relay_response(proxy::upstream_connection& 
     proxy::write_response_head(out_, resp_,
                                {.head_request = req_.method == bhttp::verb::head,
                                 .keep_alive = keep_alive,
-                                .client_http10 = req_.version < 11},
+                                .client_http10 = req_.version < 11,
+                                .extra = outcome_.fields},
                                framing, length.value_or(0));
     resp_sink_.mode = framing == body_framing::chunked ? body_sink::framing::chunked
                       : no_body                        ? body_sink::framing::none
@@ -374,16 +421,16 @@ awaitable<session::outcome> session::relay_response(proxy::upstream_connection& 
     }
     if (r.failed == pump_result::write) {
         finish(status);
-        co_return outcome::close;  // the client went away
+        co_return relay_outcome::close;  // the client went away
     }
     w_.metrics.upstream_failed(is_timeout(r.ec) ? metrics::upstream_error::timeout : metrics::upstream_error::reset);
     if (r.written == 0) {
         co_await fail(is_timeout(r.ec) ? 504 : 502, "upstream_unavailable",
                       "the upstream failed while sending its response");
-        co_return outcome::close;
+        co_return relay_outcome::close;
     }
     finish(status);  // the response was cut short: closing tells the client so
-    co_return outcome::close;
+    co_return relay_outcome::close;
 }
 
 template <class Parser>
@@ -502,7 +549,23 @@ void session::finish(unsigned status) {
     if (finished_) return;
     finished_ = true;
     auto seconds = std::chrono::duration<double>(clock::now() - started_).count();
-    w_.metrics.request_done(0, status, seconds);
+    w_.metrics.request_done(route_slot_, status, seconds);
+    if (!w_.access) return;
+    access_record r;
+    r.peer = client_ip_;
+    r.method = req_.method_text();
+    r.path = limit::target_path(req_.target());
+    r.route = route_ ? std::string_view(route_->name) : std::string_view("unmatched");
+    r.policy = route_ && route_->limits ? std::string_view(route_->limits->name) : std::string_view();
+    r.decision = outcome_.decision;
+    r.id_kind = outcome_.id_kind == 'u' ? "user" : outcome_.id_kind == 'i' ? "ip" : "";
+    if (outcome_.id_kind) r.id = identity::hasher::to_hex(outcome_.id);
+    r.status = status;
+    r.bytes_in = req_sink_.bytes;
+    r.bytes_out = resp_sink_.bytes;
+    r.upstream_ms = upstream_ms_;
+    r.total_ms = seconds * 1e3;
+    w_.access->write(r);
 }
 
 // Sends an error answer. Unless keep_alive (and the request was read whole), the
@@ -513,6 +576,29 @@ awaitable<bool> session::fail(unsigned status, const char* code, const char* mes
     auto text = error_response(status, code, message, !keep_alive);
     finish(status);
     auto ec = co_await write_all(client_, text, cfg_->server.header_timeout);
+    if (ec) co_return false;
+    if (!keep_alive) co_await linger();
+    co_return keep_alive;
+}
+
+// 429 with Retry-After, the rate-limit fields and a JSON reason. The connection stays open
+// when the request was read whole (it had no body); otherwise it is closed gracefully.
+awaitable<bool> session::reject_limited(const std::string& policy) {
+    const bool keep_alive = req_parser_->is_done() && req_parser_->keep_alive() && !w_.draining;
+    boost::json::object body{{"error", "rate_limited"}, {"policy", policy}, {"retry_after", outcome_.retry_after_s}};
+    auto text = boost::json::serialize(body);
+    out_.clear();
+    out_ += "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: ";
+    out_ += std::to_string(outcome_.retry_after_s);
+    out_ += "\r\n";
+    out_ += outcome_.fields;
+    out_ += "Content-Length: ";
+    out_ += std::to_string(text.size());
+    out_ += keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n";
+    out_ += text;
+    finish(429);
+    auto ec = co_await write_all(client_, out_, cfg_->server.idle_timeout);
+    out_.clear();
     if (ec) co_return false;
     if (!keep_alive) co_await linger();
     co_return keep_alive;

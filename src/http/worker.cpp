@@ -56,14 +56,22 @@ asio::awaitable<void> accept_loop(worker& w) {
 
 }  // namespace
 
-worker::worker(std::shared_ptr<const config::config> c, metrics::shard& m, std::vector<tcp::endpoint> up,
-               std::size_t max_conns)
-    : cfg(std::move(c)),
-      metrics(m),
+worker::worker(std::shared_ptr<const snapshot> s, metrics::shard& m, std::vector<tcp::endpoint> up,
+               std::size_t max_conns, limit::store& st, identity::hasher h)
+    : metrics(m),
+      store(st),
+      hasher(std::move(h)),
       upstream_endpoints(std::move(up)),
       max_connections(max_conns),
-      connections(ioc, sweep_tick(*cfg)),
-      pool(cfg->upstream.max_idle_per_worker, m) {}
+      connections(ioc, sweep_tick(*s->cfg)),
+      pool(s->cfg->upstream.max_idle_per_worker, m) {
+    set_snapshot(std::move(s));
+}
+
+void worker::set_snapshot(std::shared_ptr<const snapshot> s) {
+    const snapshot* raw = s.get();
+    snap = std::shared_ptr<const snapshot>(raw, [keep = std::move(s)](const snapshot*) {});
+}
 
 void worker::start() {
     connections.start();

@@ -7,6 +7,9 @@
 
 #include "config/config.hpp"
 #include "http/connection_set.hpp"
+#include "http/snapshot.hpp"
+#include "identity/hasher.hpp"
+#include "limit/store.hpp"
 #include "metrics/metrics.hpp"
 #include "proxy/pool.hpp"
 
@@ -19,12 +22,17 @@
 namespace sluice::http {
 
 struct worker {
-    worker(std::shared_ptr<const config::config> c, metrics::shard& m, std::vector<boost::asio::ip::tcp::endpoint> up,
-           std::size_t max_conns);
+    worker(std::shared_ptr<const snapshot> s, metrics::shard& m, std::vector<boost::asio::ip::tcp::endpoint> up,
+           std::size_t max_conns, limit::store& st, identity::hasher h);
 
     boost::asio::io_context ioc{1};
-    std::shared_ptr<const config::config> cfg;
+    // The current snapshot, behind a control block of this worker's own: copying it per
+    // request touches no cache line another worker writes.
+    std::shared_ptr<const snapshot> snap;
     metrics::shard& metrics;
+    limit::store& store;
+    identity::hasher hasher;
+    class access_log* access = nullptr;  // null: access log off
     std::vector<boost::asio::ip::tcp::endpoint> upstream_endpoints;
     std::size_t max_connections;  // this worker's share of server.max_connections
     connection_set connections;
@@ -35,6 +43,8 @@ struct worker {
     // Starts accepting on `acceptor` (already bound and listening).
     void start();
     void begin_drain();
+    // Installs a new snapshot; requests already running keep theirs. Worker thread only.
+    void set_snapshot(std::shared_ptr<const snapshot> s);
 };
 
 }  // namespace sluice::http

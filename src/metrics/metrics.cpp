@@ -24,25 +24,48 @@ const char* to_string(upstream_error e) {
     return "unknown";
 }
 
-shard::shard(std::size_t routes) : requests_(routes * classes) {}
+const char* to_string(decision_result r) {
+    switch (r) {
+        case decision_result::allowed: return "allowed";
+        case decision_result::limited: return "limited";
+        case decision_result::shadow_limited: return "shadow_limited";
+        case decision_result::count_: break;
+    }
+    return "unknown";
+}
 
 void shard::request_done(std::size_t route, unsigned status, double seconds) {
     std::size_t cls = status >= 100 && status < 600 ? status / 100 - 1 : 4;
     requests_[route * classes + cls].add();
-    std::size_t b = 0;
-    while (b < duration_buckets.size() && seconds > duration_buckets[b]) ++b;
-    duration_counts_[b].add();
-    duration_sum_us_.add(static_cast<std::uint64_t>(seconds * 1e6));
+    duration_.observe(duration_buckets, seconds);
 }
 
-registry::registry(std::size_t workers, std::vector<std::string> route_names)
-    : routes_(std::move(route_names)), extra_(std::make_shared<prometheus::Registry>()) {
-    for (std::size_t i = 0; i < workers; ++i) shards_.push_back(std::make_unique<shard>(routes_.size()));
+registry::registry(std::size_t workers) : extra_(std::make_shared<prometheus::Registry>()) {
+    for (std::size_t i = 0; i < workers; ++i) shards_.push_back(std::make_unique<shard>());
     auto& info = prometheus::BuildGauge()
                      .Name("sluice_build_info")
                      .Help("Always 1; the version label says which build is running.")
                      .Register(*extra_);
     info.Add({{"version", SLUICE_VERSION}}).Set(1);
+}
+
+std::size_t registry::slot(std::string_view kind, const std::string& name) {
+    std::lock_guard lock(names_mu_);
+    auto& names = kind == "route" ? routes_ : policies_;
+    for (std::size_t i = 0; i < names.size(); ++i)
+        if (names[i] == name) return i;
+    if (names.size() + 1 >= max_slots) {
+        if (names.size() + 1 == max_slots) names.push_back("other");
+        return max_slots - 1;
+    }
+    names.push_back(name);
+    return names.size() - 1;
+}
+
+void registry::set_store_gauges(std::function<std::size_t()> keys_held, std::function<std::uint64_t()> evictions) {
+    std::lock_guard lock(names_mu_);
+    keys_held_ = std::move(keys_held);
+    evictions_ = std::move(evictions);
 }
 
 namespace {
@@ -62,11 +85,26 @@ ClientMetric counter(std::vector<ClientMetric::Label> labels, std::uint64_t v) {
     return m;
 }
 
-ClientMetric gauge(std::uint64_t v) {
+ClientMetric gauge(std::int64_t v) {
     ClientMetric m;
-    // A gauge summed over shards can be momentarily negative as a wrapped unsigned.
-    m.gauge.value = static_cast<double>(static_cast<std::int64_t>(v));
+    m.gauge.value = static_cast<double>(v);
     return m;
+}
+
+template <std::size_t N>
+ClientMetric histogram(const std::vector<std::unique_ptr<shard>>& shards,
+                       histogram_cells<N> shard::*member, const std::array<double, N>& bounds) {
+    ClientMetric h;
+    std::uint64_t cumulative = 0, sum_ns = 0;
+    for (std::size_t b = 0; b <= N; ++b) {
+        for (const auto& s : shards) cumulative += ((*s).*member).counts[b].get();
+        double bound = b < N ? bounds[b] : std::numeric_limits<double>::infinity();
+        h.histogram.bucket.push_back({cumulative, bound});
+    }
+    for (const auto& s : shards) sum_ns += ((*s).*member).sum_ns.get();
+    h.histogram.sample_count = cumulative;
+    h.histogram.sample_sum = static_cast<double>(sum_ns) / 1e9;
+    return h;
 }
 
 }  // namespace
@@ -74,6 +112,12 @@ ClientMetric gauge(std::uint64_t v) {
 std::string registry::scrape() const {
     static const char* class_names[] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
     std::vector<MetricFamily> out = extra_->Collect();
+    std::lock_guard lock(names_mu_);
+    auto total = [this](cell shard::*member) {
+        std::uint64_t sum = 0;
+        for (const auto& s : shards_) sum += ((*s).*member).get();
+        return sum;
+    };
 
     auto requests = family("sluice_requests_total", "Requests answered, by route and status class.",
                            MetricType::Counter);
@@ -88,18 +132,49 @@ std::string registry::scrape() const {
     auto duration = family("sluice_request_duration_seconds",
                            "Time from the first byte of a request to the last byte of its response.",
                            MetricType::Histogram);
-    ClientMetric h;
-    std::uint64_t cumulative = 0, sum_us = 0;
-    for (std::size_t b = 0; b <= duration_buckets.size(); ++b) {
-        for (const auto& s : shards_) cumulative += s->duration_counts_[b].get();
-        double bound = b < duration_buckets.size() ? duration_buckets[b] : std::numeric_limits<double>::infinity();
-        h.histogram.bucket.push_back({cumulative, bound});
-    }
-    for (const auto& s : shards_) sum_us += s->duration_sum_us_.get();
-    h.histogram.sample_count = cumulative;
-    h.histogram.sample_sum = static_cast<double>(sum_us) / 1e6;
-    duration.metric.push_back(std::move(h));
+    duration.metric.push_back(histogram(shards_, &shard::duration_, duration_buckets));
     out.push_back(std::move(duration));
+
+    constexpr auto results = static_cast<std::size_t>(decision_result::count_);
+    auto decisions = family("sluice_rate_limit_decisions_total",
+                            "Rate-limit decisions, by policy and result (shadow_limited: a shadow policy "
+                            "would have rejected).",
+                            MetricType::Counter);
+    for (std::size_t p = 0; p < policies_.size(); ++p)
+        for (std::size_t r = 0; r < results; ++r) {
+            std::uint64_t sum = 0;
+            for (const auto& s : shards_) sum += s->decisions_[p * results + r].get();
+            decisions.metric.push_back(counter(
+                {{"policy", policies_[p]}, {"result", to_string(static_cast<decision_result>(r))}}, sum));
+        }
+    out.push_back(std::move(decisions));
+
+    auto store_duration = family("sluice_store_call_duration_seconds",
+                                 "Time a rate-limit decision took in the store.", MetricType::Histogram);
+    store_duration.metric.push_back(histogram(shards_, &shard::store_duration_, store_buckets));
+    out.push_back(std::move(store_duration));
+
+    auto store_errors = family("sluice_store_errors_total",
+                               "Store calls that failed or timed out (then store.on_error applied).",
+                               MetricType::Counter);
+    store_errors.metric.push_back(counter({}, total(&shard::store_errors_)));
+    out.push_back(std::move(store_errors));
+
+    auto unauthorized = family("sluice_unauthorized_total",
+                               "Requests answered 401 because their credentials were present but invalid.",
+                               MetricType::Counter);
+    unauthorized.metric.push_back(counter({}, total(&shard::unauthorized_)));
+    out.push_back(std::move(unauthorized));
+
+    auto keys = family("sluice_store_keys", "Identifiers whose limit state the memory store holds now.",
+                       MetricType::Gauge);
+    keys.metric.push_back(gauge(keys_held_ ? static_cast<std::int64_t>(keys_held_()) : 0));
+    out.push_back(std::move(keys));
+    auto evicted = family("sluice_store_evictions_total",
+                          "Identifiers the memory store evicted because store.memory.max_keys was reached.",
+                          MetricType::Counter);
+    evicted.metric.push_back(counter({}, evictions_ ? evictions_() : 0));
+    out.push_back(std::move(evicted));
 
     auto errors = family("sluice_upstream_errors_total", "Failed upstream exchanges, by kind.", MetricType::Counter);
     for (std::size_t k = 0; k < static_cast<std::size_t>(upstream_error::count_); ++k) {
@@ -109,13 +184,9 @@ std::string registry::scrape() const {
     }
     out.push_back(std::move(errors));
 
-    auto total = [this](cell shard::*member) {
-        std::uint64_t sum = 0;
-        for (const auto& s : shards_) sum += ((*s).*member).get();
-        return sum;
-    };
     auto open = family("sluice_client_connections", "Client connections open now.", MetricType::Gauge);
-    open.metric.push_back(gauge(total(&shard::open_connections_)));
+    // Summed over shards a gauge can be momentarily negative as a wrapped unsigned.
+    open.metric.push_back(gauge(static_cast<std::int64_t>(total(&shard::open_connections_))));
     out.push_back(std::move(open));
     auto rejected = family("sluice_client_connections_rejected_total",
                            "Client connections closed at once because server.max_connections was reached.",
@@ -124,7 +195,7 @@ std::string registry::scrape() const {
     out.push_back(std::move(rejected));
     auto idle = family("sluice_upstream_idle_connections", "Idle keep-alive connections to the upstream, pooled now.",
                        MetricType::Gauge);
-    idle.metric.push_back(gauge(total(&shard::idle_upstream_)));
+    idle.metric.push_back(gauge(static_cast<std::int64_t>(total(&shard::idle_upstream_))));
     out.push_back(std::move(idle));
 
     std::ostringstream text;

@@ -11,6 +11,9 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string_view>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,9 +23,19 @@ namespace sluice::metrics {
 enum class upstream_error : std::size_t { connect_timeout, connect_refused, connect_failed, timeout, reset, count_ };
 const char* to_string(upstream_error e);
 
+enum class decision_result : std::size_t { allowed, limited, shadow_limited, count_ };
+const char* to_string(decision_result r);
+
+// Routes and policies are named by slots handed out by registry::slot(); names beyond
+// max_slots share the last slot, labelled "other".
+inline constexpr std::size_t max_slots = 128;
+
 // Request duration buckets, in seconds.
 inline constexpr std::array<double, 14> duration_buckets{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                          0.1,    0.25,  0.5,    1.0,   2.5,   5.0,  10.0};
+// Store call duration buckets, in seconds.
+inline constexpr std::array<double, 12> store_buckets{0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
+                                                      0.001,   0.0025,   0.005,   0.01,   0.025,   0.05};
 
 // A counter owned by one thread and read by others.
 class cell {
@@ -36,12 +49,30 @@ private:
     std::atomic<std::uint64_t> v_{0};
 };
 
+template <std::size_t N>
+struct histogram_cells {
+    std::array<cell, N + 1> counts{};  // last: +Inf
+    cell sum_ns;
+    void observe(const std::array<double, N>& bounds, double seconds) {
+        std::size_t b = 0;
+        while (b < N && seconds > bounds[b]) ++b;
+        counts[b].add();
+        sum_ns.add(static_cast<std::uint64_t>(seconds * 1e9));
+    }
+};
+
 // One worker's metrics. Mutators: the owning worker thread only. Readers: any thread.
 class shard {
 public:
-    explicit shard(std::size_t routes);
+    shard() = default;
 
-    void request_done(std::size_t route, unsigned status, double seconds);
+    void request_done(std::size_t route_slot, unsigned status, double seconds);
+    void decided(std::size_t policy_slot, decision_result r) {
+        decisions_[policy_slot * static_cast<std::size_t>(decision_result::count_) + static_cast<std::size_t>(r)].add();
+    }
+    void store_called(double seconds) { store_duration_.observe(store_buckets, seconds); }
+    void store_failed() { store_errors_.add(); }
+    void unauthorized() { unauthorized_.add(); }
     void upstream_failed(upstream_error e) { upstream_errors_[static_cast<std::size_t>(e)].add(); }
     void connection_opened() { open_connections_.add(); }
     void connection_closed() { open_connections_.sub(); }
@@ -51,9 +82,11 @@ public:
 private:
     friend class registry;
     static constexpr std::size_t classes = 5;  // 1xx..5xx
-    std::vector<cell> requests_;               // route * classes + class
-    std::array<cell, duration_buckets.size() + 1> duration_counts_{};  // last: +Inf
-    cell duration_sum_us_;
+    std::array<cell, max_slots * classes> requests_{};  // route slot * classes + class
+    std::array<cell, max_slots * static_cast<std::size_t>(decision_result::count_)> decisions_{};
+    histogram_cells<duration_buckets.size()> duration_;
+    histogram_cells<store_buckets.size()> store_duration_;
+    cell store_errors_, unauthorized_;
     std::array<cell, static_cast<std::size_t>(upstream_error::count_)> upstream_errors_{};
     cell open_connections_, rejected_connections_, idle_upstream_;
 };
@@ -61,15 +94,23 @@ private:
 // Owns the shards and renders /metrics. Construct once before the workers start.
 class registry {
 public:
-    registry(std::size_t workers, std::vector<std::string> route_names);
+    explicit registry(std::size_t workers);
     shard& worker(std::size_t i) { return *shards_[i]; }
+    // The slot for a route or policy name ("route" or "policy"), the same for the same name
+    // across reloads. Any thread (takes a mutex; call when compiling a config, not per request).
+    std::size_t slot(std::string_view kind, const std::string& name);
+    // Store figures read at scrape time.
+    void set_store_gauges(std::function<std::size_t()> keys_held, std::function<std::uint64_t()> evictions);
     prometheus::Registry& extra() { return *extra_; }
     // Prometheus text exposition format. Any thread.
     std::string scrape() const;
 
 private:
     std::vector<std::unique_ptr<shard>> shards_;
-    std::vector<std::string> routes_;
+    mutable std::mutex names_mu_;
+    std::vector<std::string> routes_, policies_;
+    std::function<std::size_t()> keys_held_;
+    std::function<std::uint64_t()> evictions_;
     std::shared_ptr<prometheus::Registry> extra_;
 };
 

@@ -178,6 +178,7 @@ void write_response_head(std::string& out, const http::message_head& resp, const
         out.append(", ");
     }
     out.append(resp.version == 10 ? "1.0 sluice\r\n" : "1.1 sluice\r\n");
+    out.append(ctx.extra);
     if (ctx.upgrade) {
         append_field(out, "Upgrade", upgrade);
         out.append("Connection: upgrade\r\n");

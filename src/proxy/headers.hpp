@@ -49,6 +49,7 @@ struct response_context {
     bool keep_alive = true;     // false: Connection: close
     bool client_http10 = false;
     bool upgrade = false;       // a 101 being relayed
+    std::string_view extra{};   // complete field lines added by Sluice (rate-limit fields)
 };
 
 // Appends the status line and header block sent to the client.

@@ -191,6 +191,96 @@ TEST_CASE("parse_upstream_url rejects other schemes and extra parts") {
     }
 }
 
+TEST_CASE("parse_cidr accepts networks and bare addresses") {
+    auto a = cfg::parse_cidr("10.0.0.0/8");
+    REQUIRE(a);
+    CHECK(a->network.to_string() == "10.0.0.0");
+    CHECK(a->prefix == 8);
+
+    auto b = cfg::parse_cidr("::1/128");
+    REQUIRE(b);
+    CHECK(b->network.is_v6());
+    CHECK(b->network.to_string() == "::1");
+    CHECK(b->prefix == 128);
+
+    auto c = cfg::parse_cidr("192.168.1.7");
+    REQUIRE(c);
+    CHECK(c->prefix == 32);
+
+    auto d = cfg::parse_cidr("2001:db8::");
+    REQUIRE(d);
+    CHECK(d->prefix == 128);
+
+    auto e = cfg::parse_cidr("2001:db8::/32");
+    REQUIRE(e);
+    CHECK(e->network.to_string() == "2001:db8::");
+    CHECK(e->prefix == 32);
+
+    auto f = cfg::parse_cidr("0.0.0.0/0");
+    REQUIRE(f);
+    CHECK(f->prefix == 0);
+    CHECK(cfg::parse_cidr("::/0"));
+    CHECK(cfg::parse_cidr("::ffff:10.0.0.0/104"));
+}
+
+TEST_CASE("parse_cidr rejects host bits, long prefixes and malformed text") {
+    for (const char* s : {"10.1.2.3/8", "::1/64", "2001:db8::1/32", "10.0.0.0/33", "::/129",
+                          "10.0.0.0/", "10.0.0.0/-1", "10.0.0.0/+8", "10.0.0.0/8 ", " 10.0.0.0/8",
+                          "10.0.0/8", "256.0.0.0/8", "01.0.0.0/8", "localhost", "fe80::1%eth0",
+                          "fe80::%1/64", "10.0.0.0/8/8", "/8", "", "10.0.0.0/0x8",
+                          "10.0.0.0/99999999999999999999"}) {
+        CAPTURE(s);
+        CHECK_FALSE(cfg::parse_cidr(s).has_value());
+    }
+}
+
+TEST_CASE("parse_host_port accepts names, IPv4 and bracketed IPv6") {
+    auto a = cfg::parse_host_port("redis:6379");
+    REQUIRE(a);
+    CHECK(a->host == "redis");
+    CHECK(a->port == 6379);
+
+    auto b = cfg::parse_host_port("127.0.0.1:1");
+    REQUIRE(b);
+    CHECK(b->host == "127.0.0.1");
+    CHECK(b->port == 1);
+
+    auto c = cfg::parse_host_port("[::1]:65535");
+    REQUIRE(c);
+    CHECK(c->host == "::1");
+    CHECK(c->port == 65535);
+
+    auto d = cfg::parse_host_port("redis-0.redis.svc.cluster.local:7000");
+    REQUIRE(d);
+    CHECK(d->host == "redis-0.redis.svc.cluster.local");
+}
+
+TEST_CASE("parse_host_port rejects missing or out-of-range ports and bad hosts") {
+    for (const char* s : {"redis", "redis:", "redis:0", "redis:65536", "redis:99999999999999999999",
+                          ":6379", "::1:6379", "[::1]", "[::1]6379", "[redis]:6379", "[]:6379",
+                          "re dis:6379", "redis:+6379", "redis:6379 ", "redis:63x9", "",
+                          "redis:6379/0", "user@redis:6379"}) {
+        CAPTURE(s);
+        CHECK_FALSE(cfg::parse_host_port(s).has_value());
+    }
+}
+
+TEST_CASE("format_duration uses the largest unit that divides exactly") {
+    CHECK(cfg::format_duration(3600000ms) == "1h");
+    CHECK(cfg::format_duration(60000ms) == "1m");
+    CHECK(cfg::format_duration(90000ms) == "90s");
+    CHECK(cfg::format_duration(250ms) == "250ms");
+    CHECK(cfg::format_duration(1000ms) == "1s");
+    CHECK(cfg::format_duration(1001ms) == "1001ms");
+    CHECK(cfg::format_duration(90min) == "90m");
+    CHECK(cfg::format_duration(48h) == "48h");
+    CHECK(cfg::format_duration(0ms) == "0ms");
+    for (const char* s : {"1h", "90m", "61s", "1500ms", "8784h"}) {
+        CAPTURE(s);
+        CHECK(cfg::format_duration(*cfg::parse_duration(s)) == s);
+    }
+}
+
 TEST_CASE("valid_full.yaml sets every field") {
     const std::string path = fixtures_dir + "/valid_full.yaml";
     std::shared_ptr<const cfg::config> c = cfg::load_file(path);
@@ -219,6 +309,263 @@ TEST_CASE("valid_full.yaml sets every field") {
     CHECK(c->upstream.max_idle_per_worker == 0);
 
     CHECK(c->log.level == "debug");
+
+    using store = cfg::store_config;
+    CHECK(c->store.type == store::kind::redis_cluster);
+    CHECK(c->store.memory_max_keys == 5000);
+    REQUIRE(c->store.redis_nodes.size() == 3);
+    CHECK(c->store.redis_nodes[0].host == "redis-a.internal");
+    CHECK(c->store.redis_nodes[0].port == 7000);
+    CHECK(c->store.redis_nodes[1].host == "10.0.0.2");
+    CHECK(c->store.redis_nodes[2].host == "fd00::3");
+    CHECK(c->store.redis_nodes[2].port == 7002);
+    CHECK(c->store.redis_password_env == "REDIS_PASSWORD");
+    CHECK(c->store.redis_username == "sluice");
+    CHECK(c->store.redis_database == 15);
+    CHECK(c->store.redis_timeout == 120ms);
+    CHECK(c->store.redis_key_prefix == "edge:");
+    CHECK(c->store.on_error == store::failure_mode::deny);
+    CHECK(c->store.hash_secret_env == "EDGE_HASH_KEY");
+
+    const cfg::clients_config& cl = c->clients;
+    REQUIRE(cl.trusted_proxies.size() == 3);
+    CHECK(cl.trusted_proxies[0].network.to_string() == "10.0.0.0");
+    CHECK(cl.trusted_proxies[0].prefix == 8);
+    CHECK(cl.trusted_proxies[1].network.to_string() == "fd00::");
+    CHECK(cl.trusted_proxies[1].prefix == 8);
+    CHECK(cl.trusted_proxies[2].prefix == 32);
+    CHECK(cl.forwarded_header == cfg::clients_config::forwarded_kind::forwarded);
+    CHECK(cl.ipv6_prefix == 56);
+    REQUIRE(cl.allow.size() == 2);
+    CHECK(cl.allow[1].network.to_string() == "::1");
+    CHECK(cl.allow[1].prefix == 128);
+    CHECK(cl.api_key_header == "X-Edge-Key");
+    REQUIRE(cl.jwt);
+    CHECK(cl.jwt->header == "X-JWT");
+    CHECK(cl.jwt->algorithms == std::vector<std::string>{"ES256", "HS384"});
+    CHECK(cl.jwt->secret_env == "JWT_HMAC_KEY");
+    CHECK(cl.jwt->public_key_file == "/etc/sluice/jwt.pem");
+    CHECK(cl.jwt->claim == "uid");
+    CHECK(cl.jwt->leeway == 10min);
+
+    CHECK(c->response.headers == cfg::response_config::header_style::both);
+
+    REQUIRE(c->policies.size() == 2);
+    const cfg::policy_config& api = c->policies[0];
+    CHECK(api.name == "api");
+    CHECK(api.shadow);
+    REQUIRE(api.ip.size() == 3);
+    CHECK(api.ip[0].id == "api/ip/sliding/1s/250ms");
+    CHECK(api.ip[0].precision == 250ms);
+    CHECK(api.ip[0].min_interval == 50ms);
+    CHECK(api.ip[1].id == "api/ip/fixed/1s/1s");
+    CHECK(api.ip[1].precision == 1s);
+    CHECK(api.ip[2].id == "api/ip/gcra/1s/40");
+    CHECK(api.ip[2].burst == 40);
+    CHECK(api.ip[0].name == "ip-1s-sliding");
+    CHECK(api.ip[1].name == "ip-1s-fixed");
+    CHECK(api.ip[2].name == "ip-1s-gcra");
+    REQUIRE(api.user.size() == 1);
+    CHECK(api.user[0].algo == cfg::algorithm::log);
+    CHECK(api.user[0].id == "api/user/log/1h/1h");
+    CHECK(api.user[0].name == "user-1h");
+    CHECK(api.user[0].kind == "user");
+    CHECK(api.user[0].limit == 900);
+    const cfg::policy_config& reports = c->policies[1];
+    CHECK_FALSE(reports.shadow);
+    CHECK(reports.ip.empty());
+    REQUIRE(reports.user.size() == 1);
+    CHECK(reports.user[0].id == "reports_v2/user/gcra/90s/3");
+    CHECK(reports.user[0].burst == 3);
+
+    REQUIRE(c->routes.size() == 3);
+    CHECK(c->routes[0].name == "reports");
+    CHECK(c->routes[0].path == "/reports");
+    CHECK(c->routes[0].path_prefix.empty());
+    CHECK(c->routes[0].methods == std::vector<std::string>{"GET", "POST"});
+    CHECK(c->routes[0].host == "reports.example.com");
+    CHECK(c->routes[0].policy == "reports_v2");
+    CHECK(c->routes[0].cost == 3);
+    CHECK(c->routes[1].name == "/api/*");
+    CHECK(c->routes[1].path_prefix == "/api/");
+    CHECK(c->routes[1].methods.empty());
+    CHECK(c->routes[1].host.empty());
+    CHECK(c->routes[1].cost == 1);
+    CHECK(c->routes[2].name == "/health");
+    CHECK(c->routes[2].policy == "none");
+
+    CHECK(c->find_policy("api") == &c->policies[0]);
+    CHECK(c->find_policy("reports_v2") == &c->policies[1]);
+    CHECK(c->find_policy("none") == nullptr);
+    CHECK(c->find_policy("") == nullptr);
+}
+
+namespace {
+
+// The example of DESIGN.md's "Config" section (without log.access, which is not a key yet).
+const char* const design_example = R"(
+server:   { listen: "0.0.0.0:8080", threads: 0, max_connections: 10000,
+            header_timeout: 10s, idle_timeout: 60s, max_header_bytes: 16384,
+            max_body_bytes: 10485760 }
+admin:    { listen: "127.0.0.1:9090" }
+upstream: { url: "http://127.0.0.1:3000", connect_timeout: 1s, timeout: 30s,
+            max_idle_per_worker: 64 }
+store:
+  type: memory                      # memory | redis | redis-cluster
+  memory: { max_keys: 1000000 }
+  redis: { nodes: ["127.0.0.1:6379"], password_env: REDIS_PASSWORD, timeout: 50ms,
+           key_prefix: "sluice:" }
+  on_error: allow
+  hash_secret_env: SLUICE_HASH_SECRET
+clients:
+  trusted_proxies: ["127.0.0.1/32"]
+  forwarded_header: x-forwarded-for
+  ipv6_prefix: 64
+  user:
+    api_key_header: X-API-Key
+    jwt: { header: Authorization, algorithms: [HS256, RS256], secret_env: JWT_SECRET,
+           public_key_file: "/etc/sluice/jwt.pem", claim: sub }
+response: { headers: ietf }
+log:      { level: info }
+policies:
+  default:
+    ip:   [ {limit: 10, per: 1s}, {limit: 120, per: 1m, algorithm: fixed},
+            {limit: 240, per: 1h, precision: 1m} ]
+    user: [ {limit: 1000, per: 1h, precision: 1m} ]
+  search:
+    ip:   [ {limit: 5, per: 1s, algorithm: gcra, burst: 10} ]
+  login:
+    shadow: true
+    ip:   [ {limit: 5, per: 1m, algorithm: log, min_interval: 2s} ]
+routes:
+  - { match: { path: /login, methods: [POST] }, policy: login }
+  - { match: { path_prefix: /api/search, methods: [GET] }, policy: search, cost: 5 }
+  - { match: { path_prefix: / }, policy: default }
+)";
+
+}  // namespace
+
+TEST_CASE("the DESIGN.md example: tier ids, names and defaults") {
+    auto c = cfg::load_string(design_example, "design.yaml");
+    REQUIRE(c->policies.size() == 3);
+
+    const cfg::policy_config& def = c->policies[0];
+    CHECK(def.name == "default");
+    CHECK_FALSE(def.shadow);
+    REQUIRE(def.ip.size() == 3);
+    const cfg::tier_config& ip_1s = def.ip[0];
+    CHECK(ip_1s.id == "default/ip/sliding/1s/100ms");
+    CHECK(ip_1s.name == "ip-1s");
+    CHECK(ip_1s.kind == "ip");
+    CHECK(ip_1s.algo == cfg::algorithm::sliding);
+    CHECK(ip_1s.limit == 10);
+    CHECK(ip_1s.per == 1s);
+    CHECK(ip_1s.precision == 100ms);
+    CHECK(ip_1s.burst == 0);
+    CHECK(ip_1s.min_interval == 0ms);
+    CHECK(def.ip[1].id == "default/ip/fixed/1m/1m");
+    CHECK(def.ip[1].name == "ip-1m");
+    CHECK(def.ip[1].precision == 1min);
+    CHECK(def.ip[2].id == "default/ip/sliding/1h/1m");
+    CHECK(def.ip[2].name == "ip-1h");
+    REQUIRE(def.user.size() == 1);
+    CHECK(def.user[0].id == "default/user/sliding/1h/1m");
+    CHECK(def.user[0].name == "user-1h");
+    CHECK(def.user[0].kind == "user");
+
+    const cfg::policy_config& search = c->policies[1];
+    REQUIRE(search.ip.size() == 1);
+    CHECK(search.ip[0].id == "search/ip/gcra/1s/10");
+    CHECK(search.ip[0].name == "ip-1s");
+    CHECK(search.ip[0].burst == 10);
+    CHECK(search.ip[0].precision == 0ms);
+
+    const cfg::policy_config& login = c->policies[2];
+    CHECK(login.shadow);
+    REQUIRE(login.ip.size() == 1);
+    CHECK(login.ip[0].id == "login/ip/log/1m/1m");
+    CHECK(login.ip[0].min_interval == 2s);
+    CHECK(login.user.empty());
+
+    REQUIRE(c->routes.size() == 3);
+    CHECK(c->routes[0].name == "/login");
+    CHECK(c->routes[0].methods == std::vector<std::string>{"POST"});
+    CHECK(c->routes[1].name == "/api/search*");
+    CHECK(c->routes[1].cost == 5);
+    CHECK(c->routes[2].name == "/*");
+    CHECK(c->routes[2].policy == "default");
+    CHECK(c->find_policy("search") == &search);
+}
+
+TEST_CASE("tier names are made unique within a policy") {
+    auto c = cfg::load_string(R"(
+upstream: { url: "http://h" }
+policies:
+  p:
+    ip:
+      - { limit: 10, per: 1s }
+      - { limit: 20, per: 1s, precision: 500ms }
+      - { limit: 30, per: 1s, precision: 250ms }
+      - { limit: 5, per: 1s, algorithm: gcra }
+      - { limit: 100, per: 1m }
+    user:
+      - { limit: 10, per: 1s }
+)",
+                              "names.yaml");
+    const cfg::policy_config& p = c->policies.at(0);
+    REQUIRE(p.ip.size() == 5);
+    CHECK(p.ip[0].name == "ip-1s-sliding");
+    CHECK(p.ip[1].name == "ip-1s-sliding-2");
+    CHECK(p.ip[2].name == "ip-1s-sliding-3");
+    CHECK(p.ip[3].name == "ip-1s-gcra");
+    CHECK(p.ip[4].name == "ip-1m");
+    CHECK(p.user.at(0).name == "user-1s");
+    CHECK(p.ip[1].id == "p/ip/sliding/1s/500ms");
+    CHECK(p.ip[3].id == "p/ip/gcra/1s/5");
+    CHECK(p.ip[3].burst == 5);
+}
+
+TEST_CASE("tier edge values load") {
+    auto c = cfg::load_string(R"(
+upstream: { url: "http://h" }
+policies:
+  edge:
+    ip:
+      - { limit: 1000, per: 1s, algorithm: log }
+      - { limit: 1, per: 2m, precision: 1s }
+      - { limit: 1, per: 10ms }
+      - { limit: 1, per: 7ms, precision: 7ms }
+      - { limit: 1000000000, per: 8784h, algorithm: fixed, min_interval: 0s }
+      - { limit: 1, per: 1s, algorithm: gcra, burst: 1 }
+)",
+                              "tiers.yaml");
+    const cfg::policy_config& p = c->policies.at(0);
+    REQUIRE(p.ip.size() == 6);
+    CHECK(p.ip[0].limit == 1000);
+    CHECK(p.ip[1].per / p.ip[1].precision == 120);
+    CHECK(p.ip[2].precision == 1ms);
+    CHECK(p.ip[2].id == "edge/ip/sliding/10ms/1ms");
+    CHECK(p.ip[3].id == "edge/ip/sliding/7ms/7ms");
+    CHECK(p.ip[4].id == "edge/ip/fixed/8784h/8784h");
+    CHECK(p.ip[5].id == "edge/ip/gcra/1s/1");
+}
+
+TEST_CASE("routes may name policies defined later in the file") {
+    auto c = cfg::load_string(R"(
+routes:
+  - { match: { path_prefix: /api/search, host: API.example.com }, policy: search, cost: 10 }
+  - { match: { path: /health }, policy: none, cost: 1000 }
+upstream: { url: "http://h" }
+policies:
+  search:
+    ip: [ {limit: 10, per: 1s, algorithm: gcra, burst: 10} ]
+    user: [ {limit: 10, per: 1m, algorithm: log} ]
+)",
+                              "order.yaml");
+    REQUIRE(c->routes.size() == 2);
+    CHECK(c->routes[0].cost == 10);
+    CHECK(c->routes[0].host == "api.example.com");
+    CHECK(c->routes[1].cost == 1000);
 }
 
 TEST_CASE("a minimal config keeps every default") {
@@ -238,6 +585,39 @@ TEST_CASE("a minimal config keeps every default") {
     CHECK(c->upstream.timeout == defaults.upstream.timeout);
     CHECK(c->upstream.max_idle_per_worker == defaults.upstream.max_idle_per_worker);
     CHECK(c->log.level == defaults.log.level);
+
+    CHECK(c->store.type == cfg::store_config::kind::memory);
+    CHECK(c->store.memory_max_keys == 1000000);
+    REQUIRE(c->store.redis_nodes.size() == 1);
+    CHECK(c->store.redis_nodes[0].host == "127.0.0.1");
+    CHECK(c->store.redis_nodes[0].port == 6379);
+    CHECK(c->store.redis_password_env.empty());
+    CHECK(c->store.redis_database == 0);
+    CHECK(c->store.redis_timeout == 50ms);
+    CHECK(c->store.redis_key_prefix == "sluice:");
+    CHECK(c->store.on_error == cfg::store_config::failure_mode::allow);
+    CHECK(c->store.hash_secret_env == "SLUICE_HASH_SECRET");
+    CHECK(c->clients.trusted_proxies.empty());
+    CHECK(c->clients.forwarded_header == cfg::clients_config::forwarded_kind::x_forwarded_for);
+    CHECK(c->clients.ipv6_prefix == 64);
+    CHECK(c->clients.api_key_header.empty());
+    CHECK_FALSE(c->clients.jwt.has_value());
+    CHECK(c->clients.allow.empty());
+    CHECK(c->response.headers == cfg::response_config::header_style::ietf);
+    CHECK(c->policies.empty());
+    CHECK(c->routes.empty());
+}
+
+TEST_CASE("jwt defaults") {
+    auto c = cfg::load_string(
+        "upstream: { url: 'http://h' }\n"
+        "clients: { user: { jwt: { algorithms: [HS256], secret_env: K } } }\n",
+        "jwt.yaml");
+    REQUIRE(c->clients.jwt);
+    CHECK(c->clients.jwt->header == "Authorization");
+    CHECK(c->clients.jwt->claim == "sub");
+    CHECK(c->clients.jwt->leeway == 30s);
+    CHECK(c->clients.jwt->public_key_file.empty());
 }
 
 TEST_CASE("empty optional sections and edge values load") {
@@ -268,6 +648,32 @@ TEST_CASE("load_string errors name the given source") {
           "inline.yaml:2:19: server.threads: must be between 0 and 1024");
     CHECK(string_error("? [a, b]\n: 1\n") == "inline.yaml:1:3: (root): expected a plain key");
     CHECK(string_error("~\n") == "inline.yaml:1:1: (root): expected a mapping");
+    CHECK(string_error("upstream: {url: 'http://h'}\nclients: {user: {jwt: }}\n") ==
+          "inline.yaml:2:18: clients.user.jwt.algorithms: required key is missing");
+    CHECK(string_error("upstream: {url: 'http://h'}\nclients: {user: {jwt: {algorithms: []}}}\n") ==
+          "inline.yaml:2:36: clients.user.jwt.algorithms: must not be empty");
+    CHECK(string_error("upstream: {url: 'http://h'}\n"
+                       "clients: {user: {jwt: {algorithms: [RS384]}}}\n") ==
+          "inline.yaml:2:37: clients.user.jwt.algorithms[0]: must be one of HS256, HS384, "
+          "HS512, RS256, ES256");
+    CHECK(string_error("upstream: {url: 'http://h'}\nstore: {redis: {key_prefix: ''}}\n") ==
+          "inline.yaml:2:29: store.redis.key_prefix: must not be empty");
+    CHECK(string_error("upstream: {url: 'http://h'}\n"
+                       "store: {redis: {key_prefix: '0123456789012345678901234567890123456789"
+                       "0123456789012345678901234'}}\n") ==
+          "inline.yaml:2:29: store.redis.key_prefix: must be at most 64 characters");
+    CHECK(string_error("upstream: {url: 'http://h'}\n"
+                       "policies: {p: {ip: [{limit: 1, per: 8785h}]}}\n") ==
+          "inline.yaml:2:37: policies.p.ip[0].per: must be at most 8784h (366 days)");
+    CHECK(string_error("upstream: {url: 'http://h'}\n"
+                       "policies: {p: {ip: [{limit: 1, per: 1h, algorithm: gcra, "
+                       "burst: 8785}]}}\n") ==
+          "inline.yaml:2:65: policies.p.ip[0].burst: burst * per / limit must be at most 8784h");
+    CHECK(string_error("upstream: {url: 'http://h'}\n"
+                       "routes: [{match: {path: /a, methods: [GET, get]}, policy: none}]\n") ==
+          "inline.yaml:2:44: routes[0].match.methods[1]: listed twice");
+    CHECK(string_error("upstream: {url: 'http://h'}\nroutes: [~]\n") ==
+          "inline.yaml:2:9: routes[0].match: required key is missing");
 }
 
 TEST_CASE("every error fixture fails with the message on its first line") {
@@ -283,4 +689,17 @@ TEST_CASE("an unreadable file is reported without a position") {
     const std::string missing = fixtures_dir + "/no_such_file.yaml";
     CHECK(file_error(missing) == missing + ": cannot read: No such file or directory");
     CHECK(file_error(fixtures_dir) == fixtures_dir + ": cannot read: Is a directory");
+}
+
+TEST_CASE("the shipped conf/sluice.yaml loads") {
+    auto c = cfg::load_file(std::string(SLUICE_TEST_DIR) + "/../conf/sluice.yaml");
+    CHECK(c->server.listen.to_string() == "127.0.0.1:8080");
+    CHECK(c->clients.trusted_proxies.size() == 2);
+    CHECK(c->clients.api_key_header == "X-API-Key");
+    REQUIRE(c->policies.size() == 3);
+    CHECK(c->policies[0].ip.size() == 3);
+    CHECK(c->policies[2].shadow);
+    REQUIRE(c->routes.size() == 3);
+    CHECK(c->routes[1].cost == 5);
+    CHECK(c->routes[2].policy == "default");
 }

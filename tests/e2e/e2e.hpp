@@ -11,6 +11,7 @@
 
 #include <fstream>
 #include <regex>
+#include <thread>
 #include <string>
 
 namespace sluice::test {
@@ -58,6 +59,18 @@ inline double metric_value(const std::string& text, const std::string& sample) {
     auto pos = text.find("\n" + sample + " ");
     if (pos == std::string::npos) return -1;
     return std::stod(text.substr(pos + sample.size() + 2));
+}
+
+// Request counters are recorded when the last byte of a response has been written, a
+// moment after the client may have read it: wait (bounded) for a sample to reach a value.
+inline double eventually_metric(std::uint16_t admin_port, const std::string& sample, double expected) {
+    double v = -1;
+    for (int i = 0; i < 200; ++i) {
+        v = metric_value(fetch(admin_port, "GET", "/metrics").body, sample);
+        if (v == expected) break;
+        std::this_thread::yield();
+    }
+    return v;
 }
 
 // Peak resident set of a process in KiB, from /proc.

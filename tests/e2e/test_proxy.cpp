@@ -35,7 +35,7 @@ TEST_CASE("keep-alive: one client connection, one pooled upstream connection") {
     CHECK(upstream_conns.size() == 1);
     // One from the gateway, one from this second /stats fetch.
     CHECK(f.upstream_stats().at("connections_accepted").to_number<std::int64_t>() - before == 2);
-    CHECK(f.metrics().find("sluice_upstream_idle_connections 1") != std::string::npos);
+    CHECK(eventually_metric(f.gw->admin_port, "sluice_upstream_idle_connections", 1) == 1);
 }
 
 TEST_CASE("pipelined requests are answered in order") {

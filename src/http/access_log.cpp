@@ -1,0 +1,59 @@
+#include "http/access_log.hpp"
+
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+#include <spdlog/async.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+
+#include <chrono>
+
+namespace sluice::http {
+
+std::vector<std::unique_ptr<access_log>> access_log::open(const std::string& path, std::size_t workers) {
+    std::vector<std::unique_ptr<access_log>> out;
+    if (path == "off") return out;
+    spdlog::sink_ptr sink;
+    if (path == "-")
+        sink = std::make_shared<spdlog::sinks::stdout_sink_mt>();
+    else
+        sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path);
+    sink->set_pattern("%v");
+    for (std::size_t i = 0; i < workers; ++i) {
+        auto pool = std::make_shared<spdlog::details::thread_pool>(8192, 1);
+        auto logger = std::make_shared<spdlog::async_logger>("access-" + std::to_string(i), sink, pool,
+                                                             spdlog::async_overflow_policy::overrun_oldest);
+        logger->set_level(spdlog::level::info);
+        logger->flush_on(spdlog::level::info);
+        out.push_back(std::unique_ptr<access_log>(new access_log(std::move(pool), std::move(logger))));
+    }
+    return out;
+}
+
+access_log::~access_log() {
+    if (logger_) logger_->flush();
+    logger_.reset();  // before the pool, whose destructor drains the queue and joins its thread
+}
+
+void access_log::write(const access_record& r) {
+    using namespace std::chrono;
+    boost::json::object o;
+    o["time"] = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count() / 1e3;
+    o["peer"] = r.peer;
+    o["method"] = r.method;
+    o["path"] = r.path;
+    o["route"] = r.route;
+    o["policy"] = r.policy;
+    o["decision"] = r.decision;
+    o["id_kind"] = r.id_kind;
+    o["id"] = r.id;
+    o["status"] = r.status;
+    o["bytes_in"] = r.bytes_in;
+    o["bytes_out"] = r.bytes_out;
+    if (r.upstream_ms >= 0) o["upstream_ms"] = r.upstream_ms;
+    o["total_ms"] = r.total_ms;
+    line_ = boost::json::serialize(o);
+    logger_->info(line_);
+}
+
+}  // namespace sluice::http

@@ -1,0 +1,241 @@
+#include "limit/decide.hpp"
+
+#include <algorithm>
+
+namespace sluice::limit {
+
+namespace {
+
+constexpr usec us_per_ms = 1000;
+
+usec floor_div(usec a, usec b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// The outcome of checking one tier at `now` for `cost`, before anything is written.
+struct check {
+    bool ok = true;
+    usec admit_at = 0;           // when !ok: the earliest instant this tier admits the request
+    std::int64_t remaining = 0;  // if admitted (else: as it stands)
+    usec reset = 0;
+};
+
+// fixed and sliding: buckets of `bucket` µs; the window at t is the bucket holding t and the
+// buckets-1 before it. A bucket with index i counts until (i + buckets) * bucket.
+check check_buckets(const tier& t, const tier_state& s, usec now, std::int64_t cost) {
+    const std::int64_t current = floor_div(now, t.bucket);
+    const std::int64_t oldest = current - t.buckets + 1;
+    std::int64_t count = 0;
+    std::int64_t first_live = -1;  // index into data of the oldest live bucket
+    for (std::size_t i = 0; i < s.data.size(); i += 2) {
+        if (s.data[i] < oldest) continue;
+        if (first_live < 0) first_live = static_cast<std::int64_t>(i);
+        count += s.data[i + 1];
+    }
+    check c;
+    c.ok = count + cost <= t.limit;
+    c.remaining = t.limit - count - (c.ok ? cost : 0);
+    auto leaves = [&](std::int64_t index) { return (index + t.buckets) * t.bucket - now; };
+    if (c.ok) {
+        c.reset = first_live >= 0 ? leaves(s.data[static_cast<std::size_t>(first_live)]) : cost > 0 ? leaves(current) : 0;
+        return c;
+    }
+    // Drop buckets oldest first until the request fits; it is admitted once the last
+    // dropped bucket has left the window.
+    std::int64_t freed = 0;
+    for (std::size_t i = static_cast<std::size_t>(first_live); i < s.data.size(); i += 2) {
+        freed += s.data[i + 1];
+        if (count - freed + cost <= t.limit) {
+            c.admit_at = (s.data[i] + t.buckets) * t.bucket;
+            break;
+        }
+    }
+    c.reset = leaves(s.data[static_cast<std::size_t>(first_live)]);
+    return c;
+}
+
+void commit_buckets(const tier& t, tier_state& s, usec now, std::int64_t cost) {
+    const std::int64_t current = floor_div(now, t.bucket);
+    const std::int64_t oldest = current - t.buckets + 1;
+    std::size_t drop = 0;
+    while (drop < s.data.size() && s.data[drop] < oldest) drop += 2;
+    s.data.erase(s.data.begin(), s.data.begin() + static_cast<std::ptrdiff_t>(drop));
+    if (!s.data.empty() && s.data[s.data.size() - 2] == current) {
+        s.data.back() += cost;
+    } else {
+        s.data.push_back(current);
+        s.data.push_back(cost);
+    }
+}
+
+// gcra: one theoretical arrival time; a request of cost c is admitted when
+// max(tat, now) + c*T - burst*T <= now.
+check check_gcra(const tier& t, const tier_state& s, usec now, std::int64_t cost) {
+    const usec tat = s.data.empty() ? now : std::max(s.data[0], now);
+    const usec next = tat + cost * t.interval;
+    check c;
+    c.ok = next - now <= t.tolerance;
+    if (!c.ok) c.admit_at = next - t.tolerance;
+    const usec debt = (c.ok ? next : tat) - now;  // how far the bucket is from full
+    c.remaining = (t.tolerance - debt) / t.interval;
+    // One more unit comes back once the debt falls to tolerance - (remaining + 1) * T.
+    c.reset = debt <= 0 ? 0 : debt - t.tolerance + (c.remaining + 1) * t.interval;
+    return c;
+}
+
+void commit_gcra(const tier& t, tier_state& s, usec now, std::int64_t cost) {
+    const usec tat = s.data.empty() ? now : std::max(s.data[0], now);
+    s.data.assign(1, tat + cost * t.interval);
+}
+
+// log: an entry counts while now < ts + per.
+check check_log(const tier& t, const tier_state& s, usec now, std::int64_t cost) {
+    auto live = std::upper_bound(s.data.begin(), s.data.end(), now - t.per);
+    const std::int64_t count = s.data.end() - live;
+    check c;
+    c.ok = count + cost <= t.limit;
+    c.remaining = t.limit - count - (c.ok ? cost : 0);
+    if (!c.ok) c.admit_at = *(live + (count + cost - t.limit - 1)) + t.per;
+    c.reset = live != s.data.end() ? *live + t.per - now : cost > 0 ? t.per : 0;
+    return c;
+}
+
+void commit_log(const tier& t, tier_state& s, usec now, std::int64_t cost) {
+    auto live = std::upper_bound(s.data.begin(), s.data.end(), now - t.per);
+    s.data.erase(s.data.begin(), live);
+    s.data.insert(s.data.end(), static_cast<std::size_t>(cost), now);
+}
+
+check check_algorithm(const tier& t, const tier_state& s, usec now, std::int64_t cost) {
+    switch (t.algo) {
+        case config::algorithm::fixed:
+        case config::algorithm::sliding: return check_buckets(t, s, now, cost);
+        case config::algorithm::gcra: return check_gcra(t, s, now, cost);
+        case config::algorithm::log: return check_log(t, s, now, cost);
+    }
+    return {};
+}
+
+check check_tier(const tier& t, const tier_state& s, usec now, std::int64_t cost) {
+    check c = check_algorithm(t, s, now, cost);
+    if (t.min_interval > 0 && s.last != no_time && now - s.last < t.min_interval) {
+        const usec interval_ok_at = s.last + t.min_interval;
+        if (c.ok) {
+            // Quota is left but it is too soon: report the quota as it stands.
+            auto standing = check_algorithm(t, s, now, 0);
+            c.remaining = standing.remaining;
+            c.reset = standing.reset;
+            c.admit_at = interval_ok_at;
+        } else {
+            // Both constraints only loosen as time passes: the later instant meets both.
+            c.admit_at = std::max(c.admit_at, interval_ok_at);
+        }
+        c.ok = false;
+    }
+    return c;
+}
+
+void commit_tier(const tier& t, tier_state& s, usec now, std::int64_t cost) {
+    switch (t.algo) {
+        case config::algorithm::fixed:
+        case config::algorithm::sliding: commit_buckets(t, s, now, cost); break;
+        case config::algorithm::gcra: commit_gcra(t, s, now, cost); break;
+        case config::algorithm::log: commit_log(t, s, now, cost); break;
+    }
+    s.last = now;
+}
+
+const tier_state empty_state{};
+
+}  // namespace
+
+std::uint64_t tier_key_of(std::string_view id) {
+    std::uint64_t h = 14695981039346656037ull;  // FNV-1a
+    for (unsigned char ch : id) {
+        h ^= ch;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+tier tier::from(const config::tier_config& c) {
+    tier t;
+    t.key = tier_key_of(c.id);
+    t.id = c.id;
+    t.name = c.name;
+    t.algo = c.algo;
+    t.limit = c.limit;
+    t.per = c.per.count() * us_per_ms;
+    t.min_interval = c.min_interval.count() * us_per_ms;
+    t.horizon = std::max(t.per, t.min_interval);
+    switch (c.algo) {
+        case config::algorithm::fixed:
+            t.bucket = t.per;
+            break;
+        case config::algorithm::sliding:
+            t.bucket = c.precision.count() * us_per_ms;
+            t.buckets = t.per / t.bucket;
+            break;
+        case config::algorithm::gcra:
+            t.burst = c.burst;
+            t.interval = (t.per + t.limit - 1) / t.limit;
+            t.tolerance = t.burst * t.interval;
+            t.horizon = std::max(t.horizon, t.tolerance);
+            break;
+        case config::algorithm::log:
+            break;
+    }
+    return t;
+}
+
+tier_state* key_state::find(std::uint64_t tier_key) {
+    for (auto& s : tiers)
+        if (s.key == tier_key) return &s;
+    return nullptr;
+}
+
+tier_state& key_state::find_or_add(std::uint64_t tier_key) {
+    if (auto* s = find(tier_key)) return *s;
+    tiers.push_back(tier_state{tier_key, no_time, {}});
+    return tiers.back();
+}
+
+const tier_result* decision::tightest() const {
+    const tier_result* best = nullptr;
+    for (const auto& r : tiers)
+        if (!best || r.remaining < best->remaining || (r.remaining == best->remaining && r.reset > best->reset))
+            best = &r;
+    return best;
+}
+
+decision decide(std::span<const key_request> keys, usec now, std::int64_t cost) {
+    decision d;
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+        key_state& ks = *keys[k].state;
+        const usec at = std::max(now, ks.last_time);
+        for (const tier& t : keys[k].tiers) {
+            const tier_state* s = ks.find(t.key);
+            auto c = check_tier(t, s ? *s : empty_state, at, cost);
+            // Like retry_after, reset is measured from the caller's now.
+            d.tiers.push_back({&t, k, c.remaining, c.reset + (at - now), c.ok});
+            if (!c.ok) {
+                d.allowed = false;
+                // From the caller's now, not the clamped `at`: the request is admitted once
+                // the caller's clock reaches admit_at (before that, every key still clamps to
+                // its own last_time), and keys with different last_times share one base.
+                d.retry_after = std::max(d.retry_after, c.admit_at - now);
+            }
+        }
+    }
+    if (!d.allowed) return d;
+    for (const auto& kr : keys) {
+        key_state& ks = *kr.state;
+        const usec at = std::max(now, ks.last_time);
+        for (const tier& t : kr.tiers) {
+            commit_tier(t, ks.find_or_add(t.key), at, cost);
+            ks.expires = std::max(ks.expires, at + t.horizon);
+        }
+        ks.last_time = at;
+    }
+    return d;
+}
+
+}  // namespace sluice::limit

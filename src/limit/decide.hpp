@@ -1,0 +1,96 @@
+// The semantics of every limit, in one pure function: decide(state, now, tiers, cost).
+//
+// Both stores reproduce it decision for decision: the MemoryStore calls it under its
+// stripe locks, and the Redis script is tested against it. Times are integer
+// microseconds of Unix time; buckets are aligned to Unix time, so a window starts at the
+// same instant in every gateway.
+//
+// Thread: pure; the caller owns (and locks) the states it passes.
+#pragma once
+
+#include "config/config.hpp"
+
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace sluice::limit {
+
+using usec = std::int64_t;
+inline constexpr usec no_time = std::numeric_limits<usec>::min();
+
+// A tier in the form decide() uses: durations in microseconds, derived values precomputed.
+struct tier {
+    std::uint64_t key = 0;  // names the tier's state inside an identifier: a hash of `id`
+    std::string id;         // <policy>/<kind>/<algorithm>/<per>/<precision|burst>
+    std::string name;       // for the rate-limit headers, e.g. "ip-1s"
+    config::algorithm algo = config::algorithm::sliding;
+    std::int64_t limit = 0;
+    usec per = 0;
+    usec bucket = 0;        // fixed and sliding: the bucket size (fixed: per)
+    std::int64_t buckets = 1;  // fixed and sliding: per / bucket
+    std::int64_t burst = 0;    // gcra
+    usec interval = 0;         // gcra emission interval T = ceil(per / limit)
+    usec tolerance = 0;        // gcra: burst * T
+    usec min_interval = 0;
+    usec horizon = 0;          // how long after its last admission the state can matter
+
+    static tier from(const config::tier_config& c);
+};
+
+// One tier's state for one identifier. `data` is read by algorithm:
+//   fixed, sliding: pairs (bucket index, count) of non-empty buckets, oldest first
+//   gcra:           [tat]
+//   log:            admitted timestamps, oldest first (a request of cost c adds c entries)
+struct tier_state {
+    std::uint64_t key = 0;
+    usec last = no_time;  // min_interval: the last admission
+    std::vector<std::int64_t> data;
+};
+
+// Everything one identifier holds: one state per tier it has been limited by.
+struct key_state {
+    usec last_time = no_time;  // the latest `now` a commit used: the clock never goes back before it
+    usec expires = no_time;    // after this instant nothing in the state can matter
+    std::vector<tier_state> tiers;
+
+    tier_state* find(std::uint64_t tier_key);
+    tier_state& find_or_add(std::uint64_t tier_key);
+};
+
+// A request's view of one identifier: its state and the tiers that apply to it.
+struct key_request {
+    key_state* state;
+    std::span<const tier> tiers;
+};
+
+struct tier_result {
+    const tier* t = nullptr;
+    std::size_t key_index = 0;   // which key_request it belongs to
+    std::int64_t remaining = 0;  // after this request (if admitted)
+    usec reset = 0;              // until more quota is available (0: none is used)
+    bool admitted = true;        // this tier alone would admit the request
+};
+
+struct decision {
+    bool allowed = true;
+    usec retry_after = 0;  // when denied: the earliest later instant the same request is admitted, minus now
+    std::vector<tier_result> tiers;
+
+    // The tier with the least remaining (ties: the longest reset); null if there are no tiers.
+    const tier_result* tightest() const;
+};
+
+// Checks every tier of every key, and only if all admit, commits `cost` to each of them.
+// A denial changes nothing. `now` is clamped per key to its last_time.
+decision decide(std::span<const key_request> keys, usec now, std::int64_t cost);
+
+// Rounds a duration in microseconds up to whole milliseconds / seconds.
+inline std::int64_t ceil_ms(usec d) { return d <= 0 ? 0 : (d + 999) / 1000; }
+inline std::int64_t ceil_s(usec d) { return d <= 0 ? 0 : (d + 999'999) / 1'000'000; }
+
+std::uint64_t tier_key_of(std::string_view id);
+
+}  // namespace sluice::limit

@@ -1,0 +1,46 @@
+#include "limit/headers.hpp"
+
+namespace sluice::limit {
+
+using style = config::response_config::header_style;
+
+namespace {
+
+void append_item(std::string& out, const std::string& name) {
+    out.push_back('"');
+    out.append(name);
+    out.push_back('"');
+}
+
+}  // namespace
+
+void append_rate_limit_fields(std::string& out, const decision& d, style s) {
+    const tier_result* tight = d.tightest();
+    if (s == style::none || !tight) return;
+    const auto remaining = std::max<std::int64_t>(0, tight->remaining);
+    if (s == style::ietf || s == style::both) {
+        out.append("RateLimit-Policy: ");
+        for (std::size_t i = 0; i < d.tiers.size(); ++i) {
+            const tier& t = *d.tiers[i].t;
+            if (i) out.append(", ");
+            append_item(out, t.name);
+            out.append(";q=" + std::to_string(t.limit) + ";w=" + std::to_string(ceil_s(t.per)));
+        }
+        out.append("\r\nRateLimit: ");
+        append_item(out, tight->t->name);
+        out.append(";r=" + std::to_string(remaining) + ";t=" + std::to_string(ceil_s(tight->reset)) + "\r\n");
+    }
+    if (s == style::legacy || s == style::both) {
+        out.append("X-RateLimit-Limit: " + std::to_string(tight->t->limit) + "\r\nX-RateLimit-Remaining: " +
+                   std::to_string(remaining) + "\r\nX-RateLimit-Reset: " + std::to_string(ceil_s(tight->reset)) +
+                   "\r\n");
+    }
+}
+
+std::int64_t retry_after_seconds(const decision& d) {
+    std::int64_t s = ceil_s(d.retry_after);
+    if (const auto* t = d.tightest()) s = std::max(s, ceil_s(t->reset));
+    return std::max<std::int64_t>(s, 1);
+}
+
+}  // namespace sluice::limit

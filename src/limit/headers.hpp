@@ -1,0 +1,25 @@
+// Rate-limit response fields, per response.headers:
+//   ietf:   draft-ietf-httpapi-ratelimit-headers (-10 and later), structured fields:
+//           RateLimit-Policy: "ip-1s";q=10;w=1, "ip-1h";q=240;w=3600   (every tier applied)
+//           RateLimit: "ip-1s";r=3;t=1                                   (the tightest tier)
+//   legacy: X-RateLimit-Limit / -Remaining / -Reset (seconds), for the tightest tier
+// q is the tier's limit and w its window in seconds (rounded up); r is what remains and t
+// the seconds (rounded up) until more quota is available.
+//
+// Thread: pure functions.
+#pragma once
+
+#include "config/config.hpp"
+#include "limit/decide.hpp"
+
+#include <string>
+
+namespace sluice::limit {
+
+// Appends header lines ("Name: value\r\n") describing `d` in the chosen style.
+void append_rate_limit_fields(std::string& out, const decision& d, config::response_config::header_style style);
+
+// Whole seconds for Retry-After: the retry rounded up, never earlier than the RateLimit t.
+std::int64_t retry_after_seconds(const decision& d);
+
+}  // namespace sluice::limit

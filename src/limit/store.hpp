@@ -1,0 +1,59 @@
+// The store interface: where limit state lives (DESIGN.md, "Limits and the data model").
+//
+// One call carries every key of a request, so a store can decide them atomically (the
+// MemoryStore under its stripe locks, Redis in one EVALSHA) or, later, split them by
+// cluster node without changing callers. Envoy's rate-limit client has the same three
+// answers: allowed, over limit (both in `decision`), or error.
+//
+// Thread: a store handle is used by one worker thread; the MemoryStore behind several
+// handles is shared and locks internally.
+#pragma once
+
+#include "limit/decide.hpp"
+
+#include <boost/asio/awaitable.hpp>
+
+#include <array>
+#include <optional>
+#include <span>
+#include <string>
+
+namespace sluice::limit {
+
+using digest = std::array<std::uint8_t, 16>;  // a keyed hash of an identifier
+
+struct store_key {
+    char kind = 'i';  // 'i' client address, 'u' user
+    digest id{};
+    std::span<const tier> tiers;
+};
+
+struct check_request {
+    std::span<const store_key> keys;
+    std::int64_t cost = 1;
+};
+
+struct check_result {
+    enum class status { ok, error };
+    status state = status::ok;
+    decision verdict;   // valid when ok
+    std::string error;  // when error: short, for logs and metrics
+};
+
+class store {
+public:
+    virtual ~store() = default;
+    // Answers at once when it can without waiting (MemoryStore: always), else nullopt.
+    virtual std::optional<check_result> try_check(const check_request& r) = 0;
+    // Answers after a round trip. Only called when try_check answered nullopt.
+    virtual boost::asio::awaitable<check_result> check(check_request r) = 0;
+    // Identifiers held now (for the keys-held gauge); any thread.
+    virtual std::size_t keys_held() const = 0;
+    // A new configuration was installed: drop anything cached from the old one (the
+    // Redis store's local deny cache). The owning worker's thread.
+    virtual void on_reload() {}
+    // Whether the store can answer now (for /readyz); any thread.
+    virtual bool ready() const { return true; }
+};
+
+}  // namespace sluice::limit

@@ -1,0 +1,126 @@
+#include "store/memory_store.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+namespace sluice::store {
+
+std::function<limit::usec()> steady_unix_clock() {
+    using namespace std::chrono;
+    const auto wall0 = duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();
+    const auto steady0 = steady_clock::now();
+    return [wall0, steady0] {
+        return wall0 + duration_cast<microseconds>(steady_clock::now() - steady0).count();
+    };
+}
+
+std::size_t memory_store::map_hash::operator()(const map_key& k) const {
+    // The id is already a keyed hash: any 8 of its bytes are uniformly spread.
+    std::size_t h;
+    std::memcpy(&h, k.id.data(), sizeof h);
+    return h ^ static_cast<unsigned char>(k.kind);
+}
+
+std::size_t memory_store::stripe_of(const limit::digest& id) {
+    return (static_cast<std::size_t>(id[8]) | static_cast<std::size_t>(id[9]) << 8) % stripe_count;
+}
+
+memory_store::memory_store(std::size_t max_keys, std::function<limit::usec()> clock)
+    : clock_(std::move(clock)),
+      max_per_stripe_(std::max<std::size_t>(1, max_keys / stripe_count)),
+      stripes_(new stripe[stripe_count]) {}
+
+memory_store::~memory_store() {
+    for (std::size_t i = 0; i < stripe_count; ++i) stripes_[i].lru.clear();
+}
+
+void memory_store::erase(stripe& s, entry& e) {
+    s.lru.erase(s.lru.iterator_to(e));
+    s.map.erase(e.key);
+    s.size.store(s.map.size(), std::memory_order_relaxed);
+}
+
+void memory_store::sweep(stripe& s, limit::usec now) {
+    for (auto it = s.lru.begin(); it != s.lru.end();) {
+        entry& e = *it++;
+        if (e.state.expires <= now) erase(s, e);
+    }
+}
+
+void memory_store::maintain(stripe& s, limit::usec now) {
+    // Sweeping a whole stripe once per stripe-size calls keeps the cost per request O(1).
+    if (++s.ops >= std::max<std::size_t>(256, s.map.size())) {
+        s.ops = 0;
+        sweep(s, now);
+    }
+}
+
+memory_store::entry& memory_store::find_or_insert(stripe& s, const map_key& k, limit::usec now, bool& inserted,
+                                                  std::span<entry* const> in_use) {
+    auto it = s.map.find(k);
+    if (it != s.map.end()) {
+        inserted = false;
+        s.lru.erase(s.lru.iterator_to(it->second));
+        s.lru.push_back(it->second);
+        if (it->second.state.expires <= now) it->second.state = {};  // its windows all passed
+        return it->second;
+    }
+    if (s.map.size() >= max_per_stripe_ &&
+        std::find(in_use.begin(), in_use.end(), &s.lru.front()) == in_use.end()) {
+        erase(s, s.lru.front());
+        s.evictions.fetch_add(1, std::memory_order_relaxed);
+    }
+    inserted = true;
+    auto [pos, ok] = s.map.try_emplace(k);
+    pos->second.key = k;
+    s.lru.push_back(pos->second);
+    s.size.store(s.map.size(), std::memory_order_relaxed);
+    return pos->second;
+}
+
+std::optional<limit::check_result> memory_store::try_check(const limit::check_request& r) {
+    // Lock each distinct stripe once, in ascending order: no deadlock between requests.
+    std::array<std::size_t, 8> order{};
+    const std::size_t n = std::min(r.keys.size(), order.size());
+    for (std::size_t i = 0; i < n; ++i) order[i] = stripe_of(r.keys[i].id);
+    std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n));
+    const auto distinct = std::unique(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n)) - order.begin();
+    std::array<std::unique_lock<std::mutex>, 8> locks;
+    for (std::ptrdiff_t i = 0; i < distinct; ++i) locks[static_cast<std::size_t>(i)] = std::unique_lock(stripes_[order[i]].mu);
+
+    const limit::usec now = clock_();
+    for (std::ptrdiff_t i = 0; i < distinct; ++i) maintain(stripes_[order[static_cast<std::size_t>(i)]], now);
+    std::array<limit::key_request, 8> reqs;
+    std::array<entry*, 8> entries{};
+    std::array<bool, 8> inserted{};
+    for (std::size_t i = 0; i < n; ++i) {
+        auto& s = stripes_[stripe_of(r.keys[i].id)];
+        entries[i] = &find_or_insert(s, {r.keys[i].id, r.keys[i].kind}, now, inserted[i], std::span(entries.data(), i));
+        reqs[i] = {&entries[i]->state, r.keys[i].tiers};
+    }
+    limit::check_result out;
+    out.verdict = limit::decide(std::span(reqs.data(), n), now, r.cost);
+    // A key created for a request that was then denied holds nothing: drop it again.
+    for (std::size_t i = 0; i < n; ++i)
+        if (inserted[i] && entries[i]->state.tiers.empty()) erase(stripes_[stripe_of(r.keys[i].id)], *entries[i]);
+    return out;
+}
+
+boost::asio::awaitable<limit::check_result> memory_store::check(limit::check_request r) {
+    co_return *try_check(r);
+}
+
+std::size_t memory_store::keys_held() const {
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < stripe_count; ++i) total += stripes_[i].size.load(std::memory_order_relaxed);
+    return total;
+}
+
+std::uint64_t memory_store::evictions() const {
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < stripe_count; ++i) total += stripes_[i].evictions.load(std::memory_order_relaxed);
+    return total;
+}
+
+}  // namespace sluice::store

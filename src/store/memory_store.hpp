@@ -1,0 +1,74 @@
+// The embedded store: every identifier's state in this process, striped over locks.
+//
+// A request's keys are locked in ascending stripe order, so its ip and user tiers are
+// decided atomically with no global lock. Expiry and eviction are only garbage
+// collection: an identifier whose longest window has passed is dropped (it would start
+// afresh anyway); when more than max_keys identifiers are held, the least recently used
+// identifier of the full stripe is evicted and starts afresh on its next request.
+//
+// Thread: try_check() and keys_held() from any thread.
+#pragma once
+
+#include "limit/store.hpp"
+
+#include <boost/intrusive/list.hpp>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace sluice::store {
+
+// Unix time in microseconds: the wall clock read once, then advanced by steady_clock, so
+// a wall-clock step never moves a window.
+std::function<limit::usec()> steady_unix_clock();
+
+class memory_store final : public limit::store {
+public:
+    static constexpr std::size_t stripe_count = 64;
+
+    explicit memory_store(std::size_t max_keys, std::function<limit::usec()> clock = steady_unix_clock());
+    ~memory_store() override;
+
+    std::optional<limit::check_result> try_check(const limit::check_request& r) override;
+    boost::asio::awaitable<limit::check_result> check(limit::check_request r) override;
+    std::size_t keys_held() const override;
+    std::uint64_t evictions() const;
+
+private:
+    struct map_key {
+        limit::digest id;
+        char kind;
+        bool operator==(const map_key&) const = default;
+    };
+    struct map_hash {
+        std::size_t operator()(const map_key& k) const;
+    };
+    struct entry : boost::intrusive::list_base_hook<> {
+        map_key key;
+        limit::key_state state;
+    };
+    struct stripe {
+        std::mutex mu;
+        std::unordered_map<map_key, entry, map_hash> map;
+        boost::intrusive::list<entry> lru;  // least recently used first
+        std::size_t ops = 0;
+        std::atomic<std::size_t> size{0};
+        std::atomic<std::uint64_t> evictions{0};
+    };
+
+    static std::size_t stripe_of(const limit::digest& id);
+    void maintain(stripe& s, limit::usec now);
+    entry& find_or_insert(stripe& s, const map_key& k, limit::usec now, bool& inserted, std::span<entry* const> in_use);
+    void sweep(stripe& s, limit::usec now);
+    void erase(stripe& s, entry& e);
+
+    std::function<limit::usec()> clock_;
+    std::size_t max_per_stripe_;
+    std::unique_ptr<stripe[]> stripes_;
+};
+
+}  // namespace sluice::store

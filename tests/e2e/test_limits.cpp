@@ -1,0 +1,228 @@
+// Rate limits on the memory store, through the real gateway binary.
+#include "e2e.hpp"
+
+#include <jwt.h>
+
+#include <atomic>
+#include <thread>
+
+using namespace sluice::test;
+
+namespace {
+
+struct limited_fixture {
+    explicit limited_fixture(const std::string& extra, const yaml_overrides& overrides = {}, env_list env = {}) {
+        up = start_upstream();
+        gw = start_gateway(gateway_yaml(up->port, overrides, extra), {}, std::move(env));
+    }
+    response get(const std::string& target, header_list headers = {}) const {
+        return fetch(gw->port, "GET", target, std::move(headers));
+    }
+    std::string metrics() const { return fetch(gw->admin_port, "GET", "/metrics").body; }
+    std::unique_ptr<upstream_server> up;
+    std::unique_ptr<gateway> gw;
+};
+
+std::string hs256_token(const std::string& secret, const std::string& sub, long exp_offset) {
+    jwt_t* jwt = nullptr;
+    REQUIRE(jwt_new(&jwt) == 0);
+    jwt_add_grant(jwt, "sub", sub.c_str());
+    jwt_add_grant_int(jwt, "exp", static_cast<long>(std::time(nullptr)) + exp_offset);
+    jwt_set_alg(jwt, JWT_ALG_HS256, reinterpret_cast<const unsigned char*>(secret.data()),
+                static_cast<int>(secret.size()));
+    char* text = jwt_encode_str(jwt);
+    std::string token = text;
+    free(text);
+    jwt_free(jwt);
+    return token;
+}
+
+}  // namespace
+
+TEST_CASE("a concurrent burst on many connections admits exactly the limit") {
+    limited_fixture f(R"(
+policies:
+  burst:
+    ip: [ {limit: 25, per: 1h, precision: 6m} ]
+routes:
+  - { match: { path_prefix: / }, policy: burst }
+)");
+    constexpr int connections = 40, per_connection = 5;
+    std::atomic<int> ok{0}, limited{0}, other{0};
+    std::vector<std::thread> clients;
+    for (int i = 0; i < connections; ++i)
+        clients.emplace_back([&] {
+            try {
+                connection c("127.0.0.1", f.gw->port);
+                for (int j = 0; j < per_connection; ++j) {
+                    c.send(make_request("GET", "/burst"));
+                    auto r = c.read_response();
+                    (r.status == 200 ? ok : r.status == 429 ? limited : other)++;
+                }
+            } catch (const std::exception&) {
+                other++;
+            }
+        });
+    for (auto& t : clients) t.join();
+    CHECK(ok == 25);
+    CHECK(limited == connections * per_connection - 25);
+    CHECK(other == 0);
+    auto m = f.metrics();
+    CHECK(metric_value(m, R"(sluice_rate_limit_decisions_total{policy="burst",result="allowed"})") == 25);
+    CHECK(metric_value(m, R"(sluice_rate_limit_decisions_total{policy="burst",result="limited"})") == 175);
+    CHECK(metric_value(m, "sluice_store_keys") == 1);
+}
+
+TEST_CASE("429: status, Retry-After, IETF fields and JSON body") {
+    limited_fixture f(R"(
+policies:
+  tight:
+    ip: [ {limit: 2, per: 1h, precision: 6m}, {limit: 100, per: 1m, algorithm: fixed} ]
+routes:
+  - { match: { path_prefix: / }, policy: tight }
+)");
+    auto first = f.get("/a");
+    CHECK(first.status == 200);
+    CHECK(first.header("RateLimit-Policy") == R"("ip-1h";q=2;w=3600, "ip-1m";q=100;w=60)");
+    CHECK(first.header("RateLimit").rfind(R"("ip-1h";r=1;t=)", 0) == 0);
+    CHECK(f.get("/b").status == 200);
+    auto r = f.get("/c");
+    REQUIRE(r.status == 429);
+    CHECK(r.header("Content-Type") == "application/json");
+    auto retry = std::stoll(r.header("Retry-After"));
+    CHECK(retry > 3000);  // the 1h window's oldest bucket leaves at most 60 min later
+    CHECK(retry <= 3600);
+    auto body = json_of(r);
+    CHECK(body.at("error").as_string() == "rate_limited");
+    CHECK(body.at("policy").as_string() == "tight");
+    CHECK(body.at("retry_after").to_number<std::int64_t>() == retry);
+    std::smatch m;
+    auto field = r.header("RateLimit");
+    REQUIRE(std::regex_match(field, m, std::regex(R"re("ip-1h";r=0;t=(\d+))re")));
+    CHECK(std::stoll(m[1]) <= retry);
+}
+
+TEST_CASE("legacy rate-limit fields") {
+    limited_fixture f(R"(
+policies:
+  p:
+    ip: [ {limit: 3, per: 1m, algorithm: fixed} ]
+routes:
+  - { match: { path_prefix: / }, policy: p }
+)",
+                      {{"response.headers", "legacy"}});
+    auto r = f.get("/");
+    CHECK(r.header("X-RateLimit-Limit") == "3");
+    CHECK(r.header("X-RateLimit-Remaining") == "2");
+    CHECK(!r.header("X-RateLimit-Reset").empty());
+    CHECK_FALSE(r.has_header("RateLimit"));
+}
+
+TEST_CASE("shadow policies count but never reject, and stay invisible to clients") {
+    limited_fixture f(R"(
+policies:
+  trial:
+    shadow: true
+    ip: [ {limit: 1, per: 1h, precision: 6m} ]
+routes:
+  - { match: { path_prefix: / }, policy: trial }
+)");
+    for (int i = 0; i < 3; ++i) {
+        auto r = f.get("/");
+        CHECK(r.status == 200);
+        CHECK_FALSE(r.has_header("RateLimit"));
+    }
+    auto m = f.metrics();
+    CHECK(metric_value(m, R"(sluice_rate_limit_decisions_total{policy="trial",result="allowed"})") == 1);
+    CHECK(metric_value(m, R"(sluice_rate_limit_decisions_total{policy="trial",result="shadow_limited"})") == 2);
+}
+
+TEST_CASE("the allow-list bypasses every limit") {
+    limited_fixture f(R"(
+clients:
+  allow: ["127.0.0.0/8"]
+policies:
+  p:
+    ip: [ {limit: 1, per: 1h, precision: 6m} ]
+routes:
+  - { match: { path_prefix: / }, policy: p }
+)");
+    for (int i = 0; i < 4; ++i) CHECK(f.get("/").status == 200);
+}
+
+TEST_CASE("X-Forwarded-For is believed from trusted proxies only") {
+    const std::string limits = R"(
+policies:
+  p:
+    ip: [ {limit: 1, per: 1h, precision: 6m} ]
+routes:
+  - { match: { path_prefix: / }, policy: p }
+)";
+    SUBCASE("behind a trusted proxy each client has its own budget") {
+        limited_fixture f("clients:\n  trusted_proxies: [\"127.0.0.1/32\"]\n" + limits);
+        CHECK(f.get("/", {{"X-Forwarded-For", "198.51.100.1"}}).status == 200);
+        CHECK(f.get("/", {{"X-Forwarded-For", "198.51.100.2"}}).status == 200);
+        CHECK(f.get("/", {{"X-Forwarded-For", "198.51.100.1"}}).status == 429);
+        // Prepending a fake hop does not help: the rightmost untrusted entry counts.
+        CHECK(f.get("/", {{"X-Forwarded-For", "203.0.113.9, 198.51.100.2"}}).status == 429);
+    }
+    SUBCASE("from an untrusted peer the header is ignored") {
+        limited_fixture f(limits);
+        CHECK(f.get("/", {{"X-Forwarded-For", "198.51.100.1"}}).status == 200);
+        CHECK(f.get("/", {{"X-Forwarded-For", "198.51.100.2"}}).status == 429);
+    }
+}
+
+TEST_CASE("routes: first match wins, methods, cost and unlimited routes") {
+    limited_fixture f(R"(
+policies:
+  p:
+    ip: [ {limit: 10, per: 1h, precision: 6m} ]
+routes:
+  - { match: { path: /free }, policy: none }
+  - { match: { path_prefix: /heavy, methods: [POST] }, policy: p, cost: 5 }
+  - { match: { path_prefix: / }, policy: p }
+)");
+    for (int i = 0; i < 12; ++i) CHECK(f.get("/free").status == 200);
+    CHECK(fetch(f.gw->port, "POST", "/heavy", {}, "x").status == 200);  // 5 of 10
+    auto light = f.get("/heavy");                                         // GET: the catch-all, cost 1
+    CHECK(light.status == 200);
+    CHECK(light.header("RateLimit").rfind(R"("ip-1h";r=4;)", 0) == 0);
+    auto heavy = fetch(f.gw->port, "POST", "/heavy", {}, "x");  // needs 5, has 4
+    CHECK(heavy.status == 429);
+    CHECK(f.get("/light").status == 200);
+    CHECK(eventually_metric(f.gw->admin_port, R"(sluice_requests_total{route="/free",status="2xx"})", 12) == 12);
+    CHECK(eventually_metric(f.gw->admin_port, R"(sluice_requests_total{route="/heavy*",status="4xx"})", 1) == 1);
+}
+
+TEST_CASE("users: API keys and JWT subjects have budgets of their own; a bad token gets 401") {
+    const std::string secret = "e2e-secret-for-tests";
+    limited_fixture f(R"(
+clients:
+  user:
+    api_key_header: X-API-Key
+    jwt: { algorithms: [HS256], secret_env: SLUICE_E2E_JWT }
+policies:
+  p:
+    ip: [ {limit: 100, per: 1h, precision: 6m} ]
+    user: [ {limit: 2, per: 1h, precision: 6m} ]
+routes:
+  - { match: { path_prefix: / }, policy: p }
+)",
+                      {}, {{"SLUICE_E2E_JWT", secret}});
+    for (int i = 0; i < 2; ++i) CHECK(f.get("/", {{"X-API-Key", "key-a"}}).status == 200);
+    CHECK(f.get("/", {{"X-API-Key", "key-a"}}).status == 429);
+    CHECK(f.get("/", {{"X-API-Key", "key-b"}}).status == 200);
+
+    auto alice = hs256_token(secret, "alice", 600);
+    for (int i = 0; i < 2; ++i) CHECK(f.get("/", {{"Authorization", "Bearer " + alice}}).status == 200);
+    CHECK(f.get("/", {{"Authorization", "Bearer " + alice}}).status == 429);
+    CHECK(f.get("/", {{"Authorization", "Bearer " + hs256_token(secret, "bob", 600)}}).status == 200);
+
+    auto expired = f.get("/", {{"Authorization", "Bearer " + hs256_token(secret, "carol", -3600)}});
+    CHECK(expired.status == 401);
+    CHECK(json_of(expired).at("error").as_string() == "unauthorized");
+    auto forged = f.get("/", {{"Authorization", "Bearer " + hs256_token("not-the-secret", "alice", 600)}});
+    CHECK(forged.status == 401);
+    CHECK(metric_value(f.metrics(), "sluice_unauthorized_total") == 2);
+}
