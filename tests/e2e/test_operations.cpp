@@ -1,0 +1,157 @@
+// Operations: configuration reload and the access log, through the real gateway binary.
+#include "e2e.hpp"
+
+#include <atomic>
+#include <csignal>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+using namespace sluice::test;
+
+namespace {
+
+std::string limits_yaml(int limit, const std::string& headers = "ietf") {
+    return "response: { headers: " + headers + " }\npolicies:\n  p:\n    ip: [ {limit: " + std::to_string(limit) +
+           ", per: 1h, precision: 6m} ]\nroutes:\n  - { match: { path_prefix: / }, policy: p }\n";
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream f(path);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
+
+int reloads_ok(const gateway& gw) {
+    return static_cast<int>(metric_value(fetch(gw.admin_port, "GET", "/metrics").body,
+                                         R"(sluice_config_reloads_total{result="ok"})"));
+}
+
+}  // namespace
+
+TEST_CASE("SIGHUP reloads the file; limit state survives for unchanged tier ids") {
+    auto up = start_upstream();
+    auto gw = start_gateway(gateway_yaml(up->port, {}, limits_yaml(1)));
+    CHECK(fetch(gw->port, "GET", "/").status == 200);
+    CHECK(fetch(gw->port, "GET", "/").status == 429);
+
+    write_file(gw->config_path, gateway_yaml(up->port, {}, limits_yaml(3)));
+    gw->proc->signal(SIGHUP);
+    gw->proc->wait_for_line("reloaded ");
+    // One of the three was used before the reload: two are left, not three.
+    CHECK(fetch(gw->port, "GET", "/").status == 200);
+    CHECK(fetch(gw->port, "GET", "/").status == 200);
+    CHECK(fetch(gw->port, "GET", "/").status == 429);
+    CHECK(reloads_ok(*gw) == 1);
+}
+
+TEST_CASE("POST /reload: valid, invalid (old config kept), restart-only keys reported") {
+    auto up = start_upstream();
+    auto gw = start_gateway(gateway_yaml(up->port, {}, limits_yaml(100)));
+    CHECK(fetch(gw->port, "GET", "/").header("RateLimit-Policy") == R"("ip-1h";q=100;w=3600)");
+
+    write_file(gw->config_path, gateway_yaml(up->port, {}, limits_yaml(100, "legacy")));
+    auto ok = fetch(gw->admin_port, "POST", "/reload");
+    CHECK(ok.status == 200);
+    CHECK(json_of(ok).at("status").as_string() == "reloaded");
+    auto legacy = fetch(gw->port, "GET", "/");
+    CHECK(legacy.header("X-RateLimit-Limit") == "100");
+    CHECK_FALSE(legacy.has_header("RateLimit-Policy"));
+
+    write_file(gw->config_path, gateway_yaml(up->port, {}, limits_yaml(100) + "bogus_key: 1\n"));
+    auto bad = fetch(gw->admin_port, "POST", "/reload");
+    CHECK(bad.status == 422);
+    auto message = std::string(json_of(bad).at("message").as_string());
+    CHECK(std::regex_search(message, std::regex(gw->config_path + R"(:\d+:\d+: bogus_key: unknown key)")));
+    CHECK(fetch(gw->port, "GET", "/").header("X-RateLimit-Limit") == "100");  // still the last good one
+    CHECK(metric_value(fetch(gw->admin_port, "GET", "/metrics").body,
+                       R"(sluice_config_reloads_total{result="error"})") == 1);
+    CHECK(gw->proc->output().find("reload failed, keeping the running configuration") != std::string::npos);
+
+    write_file(gw->config_path,
+               gateway_yaml(up->port, {{"server.listen", "\"127.0.0.1:1\""}, {"server.threads", "3"}},
+                            limits_yaml(100, "legacy")));
+    auto restart = fetch(gw->admin_port, "POST", "/reload");
+    REQUIRE(restart.status == 200);
+    auto restart_body = json_of(restart);
+    const auto& keys = restart_body.at("restart_required").as_array();
+    CHECK(keys.size() == 2);
+    CHECK(std::find(keys.begin(), keys.end(), boost::json::value("server.listen")) != keys.end());
+    CHECK(fetch(gw->port, "GET", "/").status == 200);  // still on the port it started with
+}
+
+TEST_CASE("reloading under load fails no request") {
+    auto up = start_upstream();
+    auto gw = start_gateway(gateway_yaml(up->port, {}, limits_yaml(1000000)));
+    std::atomic<int> ok{0}, failed{0};
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 4; ++c)
+        clients.emplace_back([&] {
+            try {
+                connection conn("127.0.0.1", gw->port);
+                for (int i = 0; i < 2000 && !stop; ++i) {
+                    conn.send(make_request("GET", "/load"));
+                    (conn.read_response().status == 200 ? ok : failed)++;
+                }
+            } catch (const std::exception&) {
+                failed++;
+            }
+        });
+    for (int i = 0; i < 6; ++i) {
+        write_file(gw->config_path, gateway_yaml(up->port, {}, limits_yaml(1000000 + i, i % 2 ? "legacy" : "ietf")));
+        CHECK(fetch(gw->admin_port, "POST", "/reload").status == 200);
+    }
+    stop = true;
+    for (auto& t : clients) t.join();
+    CHECK(failed == 0);
+    CHECK(ok > 0);
+    CHECK(reloads_ok(*gw) == 6);
+}
+
+TEST_CASE("access log: one JSON line per request, identifiers hashed") {
+    auto up = start_upstream();
+    auto dir = make_temp_dir();
+    const std::string log_path = dir + "/access.log";
+    auto gw = start_gateway(gateway_yaml(up->port, {{"log.access.path", "\"" + log_path + "\""}},
+                                         "clients: { user: { api_key_header: X-API-Key } }\n"
+                                         "policies:\n  p:\n    user: [ {limit: 1, per: 1h, precision: 6m} ]\n"
+                                         "routes:\n  - { match: { path_prefix: /api }, policy: p }\n"));
+    CHECK(fetch(gw->port, "GET", "/api/items?token=hidden", {{"X-API-Key", "very-secret-key"}}).status == 200);
+    CHECK(fetch(gw->port, "POST", "/api/items", {{"X-API-Key", "very-secret-key"}}, "12345").status == 429);
+    CHECK(fetch(gw->port, "GET", "/other").status == 200);
+
+    std::vector<boost::json::object> lines;
+    for (int i = 0; i < 500 && lines.size() < 3; ++i) {
+        lines.clear();
+        std::istringstream in(read_file(log_path));
+        for (std::string line; std::getline(in, line);)
+            if (!line.empty()) lines.push_back(boost::json::parse(line).as_object());
+        std::this_thread::yield();
+    }
+    REQUIRE(lines.size() == 3);
+    const auto& allowed = lines[0];
+    CHECK(allowed.at("method").as_string() == "GET");
+    CHECK(allowed.at("path").as_string() == "/api/items");
+    CHECK(allowed.at("route").as_string() == "/api*");
+    CHECK(allowed.at("policy").as_string() == "p");
+    CHECK(allowed.at("decision").as_string() == "allowed");
+    CHECK(allowed.at("status").to_number<int>() == 200);
+    CHECK(allowed.at("id_kind").as_string() == "user");
+    CHECK(std::regex_match(std::string(allowed.at("id").as_string()), std::regex("[0-9a-f]{32}")));
+    CHECK(allowed.at("bytes_out").to_number<int>() > 0);
+    CHECK(allowed.at("upstream_ms").to_number<double>() >= 0);
+    CHECK(allowed.at("total_ms").to_number<double>() >= allowed.at("upstream_ms").to_number<double>());
+    const auto& limited = lines[1];
+    CHECK(limited.at("decision").as_string() == "limited");
+    CHECK(limited.at("status").to_number<int>() == 429);
+    CHECK(limited.at("id") == allowed.at("id"));
+    CHECK_FALSE(limited.contains("upstream_ms"));
+    CHECK(lines[2].at("route").as_string() == "unmatched");
+    CHECK(lines[2].at("decision").as_string() == "none");
+
+    auto text = read_file(log_path);
+    CHECK(text.find("very-secret-key") == std::string::npos);
+    CHECK(text.find("hidden") == std::string::npos);
+}
