@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 kind=${1:-release}
 shift || true
 case "$kind" in
-  release) dir=build; flags=(-DCMAKE_BUILD_TYPE=Release) ;;
-  asan)    dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON) ;;
+  release) dir=build; flags=(-DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON) ;;
+  asan)    dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON -DBUILD_TESTING=ON) ;;
   *) echo "usage: $0 [release|asan]" >&2; exit 2 ;;
 esac
 cmake -S . -B "$dir" "${flags[@]}" >/dev/null

@@ -7,6 +7,7 @@
 #include "http/worker.hpp"
 #include "metrics/metrics.hpp"
 #include "store/memory_store.hpp"
+#include "store/redis_store.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -85,7 +86,13 @@ private:
     unsigned threads_;
     metrics::registry metrics_;
     prometheus::Family<prometheus::Counter>& reloads_;
-    std::unique_ptr<limit::store> store_;
+    bool start_store();
+    limit::store& store_for(std::size_t worker);
+    bool store_ready() const;
+    void add_redis_metrics();
+
+    std::unique_ptr<store::memory_store> memory_;                // store.type memory: shared
+    std::vector<std::unique_ptr<store::redis_store>> redis_;     // store.type redis: one per worker
     std::vector<std::unique_ptr<http::access_log>> access_logs_;
     std::vector<std::unique_ptr<http::worker>> workers_;
     asio::io_context main_ioc_{1};
@@ -94,6 +101,82 @@ private:
     asio::signal_set reload_signal_{main_ioc_, SIGHUP};
     asio::steady_timer drain_deadline_{main_ioc_};
 };
+
+bool gateway::start_store() {
+    using kind = config::store_config::kind;
+    if (cfg_->store.type == kind::redis_cluster) {
+        spdlog::error("store.type redis-cluster is not supported yet; use redis (one node) or memory");
+        return false;
+    }
+    if (cfg_->store.type == kind::memory) {
+        memory_ = std::make_unique<store::memory_store>(cfg_->store.memory_max_keys);
+        auto* mem = memory_.get();
+        metrics_.set_store_gauges([mem] { return mem->keys_held(); }, [mem] { return mem->evictions(); });
+        return true;
+    }
+    for (unsigned i = 0; i < threads_; ++i) redis_.push_back(std::make_unique<store::redis_store>(cfg_->store));
+    add_redis_metrics();
+    return true;
+}
+
+limit::store& gateway::store_for(std::size_t worker) {
+    if (memory_) return *memory_;
+    return *redis_[worker];
+}
+
+bool gateway::store_ready() const {
+    if (memory_) return true;
+    for (const auto& r : redis_)
+        if (!r->ready()) return false;
+    return true;
+}
+
+void gateway::add_redis_metrics() {
+    std::vector<const store::redis_store*> stores;
+    for (const auto& r : redis_) stores.push_back(r.get());
+    metrics_.add_collector([stores] {
+        using prometheus::MetricType;
+        std::vector<prometheus::MetricFamily> out;
+        auto add = [&](const char* name, const char* help, MetricType type, metrics::cell store::redis_counters::*c) {
+            std::uint64_t sum = 0;
+            for (const auto* s : stores) sum += (s->counters().*c).get();
+            prometheus::MetricFamily f{name, help, type, {}};
+            prometheus::ClientMetric m;
+            if (type == MetricType::Counter)
+                m.counter.value = static_cast<double>(sum);
+            else
+                m.gauge.value = static_cast<double>(sum);
+            f.metric.push_back(m);
+            out.push_back(std::move(f));
+        };
+        using rc = store::redis_counters;
+        add("sluice_redis_commands_total", "Commands written to Redis.", MetricType::Counter, &rc::commands);
+        add("sluice_redis_writes_total",
+            "Socket writes to Redis; commands_total / writes_total is the pipelining factor.", MetricType::Counter,
+            &rc::writes);
+        add("sluice_redis_deny_cache_hits_total", "Requests answered 429 by a worker's local deny cache.",
+            MetricType::Counter, &rc::deny_cache_hits);
+        add("sluice_redis_deny_cache_entries", "Entries in the local deny caches.", MetricType::Gauge,
+            &rc::deny_cache_size);
+        add("sluice_redis_timeouts_total", "Redis calls that reached store.redis.timeout.", MetricType::Counter,
+            &rc::timeouts);
+        add("sluice_redis_errors_total", "Rate-limit checks that failed in the Redis store (timeouts included).",
+            MetricType::Counter, &rc::errors);
+        add("sluice_redis_reconnects_total", "Connections to Redis established after the first.",
+            MetricType::Counter, &rc::reconnects);
+        add("sluice_redis_noscript_reloads_total", "Script reloads after a NOSCRIPT reply.", MetricType::Counter,
+            &rc::noscript_reloads);
+        add("sluice_redis_connections_lost_total", "Connections to Redis lost (closed, I/O error, stalled).",
+            MetricType::Counter, &rc::connection_lost);
+        prometheus::MetricFamily up{"sluice_redis_connected", "Workers whose Redis connection is ready.",
+                                    MetricType::Gauge, {}};
+        prometheus::ClientMetric m;
+        for (const auto* s : stores) m.gauge.value += s->ready() ? 1 : 0;
+        up.metric.push_back(m);
+        out.push_back(std::move(up));
+        return out;
+    });
+}
 
 bool gateway::start() {
     std::vector<tcp::endpoint> upstream;
@@ -116,11 +199,7 @@ bool gateway::start() {
                      "every gateway, so that stored keys cannot be reversed by enumeration",
                      cfg_->store.hash_secret_env);
     identity::hasher hasher(secret ? secret : "");
-    auto memory = std::make_unique<store::memory_store>(cfg_->store.memory_max_keys);
-    auto* mem = memory.get();
-    metrics_.set_store_gauges([mem] { return mem->keys_held(); }, [mem] { return mem->evictions(); });
-    store_ = std::move(memory);
-
+    if (!start_store()) return false;
     try {
         access_logs_ = http::access_log::open(cfg_->log.access_path, threads_);
     } catch (const std::exception& e) {
@@ -132,13 +211,13 @@ bool gateway::start() {
         auto ep = endpoint_of(cfg_->server.listen);
         for (unsigned i = 0; i < threads_; ++i) {
             workers_.push_back(
-                std::make_unique<http::worker>(snap, metrics_.worker(i), upstream, per_worker, *store_, hasher));
+                std::make_unique<http::worker>(snap, metrics_.worker(i), upstream, per_worker, store_for(i), hasher));
             if (!access_logs_.empty()) workers_.back()->access = access_logs_[i].get();
             open_acceptor(workers_.back()->acceptor, ep);
             ep = workers_.back()->acceptor.local_endpoint();
         }
         admin_ = std::make_unique<http::admin_server>(
-            main_ioc_, endpoint_of(cfg_->admin.listen), metrics_, [this] { return store_->ready(); },
+            main_ioc_, endpoint_of(cfg_->admin.listen), metrics_, [this] { return store_ready(); },
             [this] { return reload(); });
     } catch (const boost::system::system_error& e) {
         spdlog::error("cannot listen: {}", e.what());
@@ -163,7 +242,8 @@ void gateway::drain(int sig) {
     auto accepting = std::make_shared<std::size_t>(workers_.size());
     for (auto& w : workers_)
         asio::post(w->ioc, [w = w.get(), this, accepting] {
-            w->begin_drain();
+            // The store's connection keeps the loop busy: stop it once the last request is done.
+            w->begin_drain([w] { w->store.stop(); });
             asio::post(main_ioc_, [accepting] {
                 if (--*accepting == 0) spdlog::info("stopped accepting; finishing in-flight requests");
             });
@@ -225,6 +305,7 @@ int gateway::run() {
 
     std::vector<std::thread> threads;
     std::size_t running = workers_.size();
+    for (std::size_t i = 0; i < redis_.size(); ++i) redis_[i]->start(workers_[i]->ioc.get_executor());
     for (auto& w : workers_) {
         w->start();
         threads.emplace_back([w = w.get(), this, &running] {
@@ -239,6 +320,7 @@ int gateway::run() {
     for (auto& w : workers_) w->ioc.stop();
     for (auto& t : threads) t.join();
     metrics_.set_store_gauges(nullptr, nullptr);
+    workers_.clear();  // their io_contexts, with any handler still parked in a store, go first
     spdlog::info("stopped");
     return 0;
 }

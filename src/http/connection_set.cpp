@@ -1,5 +1,7 @@
 #include "http/connection_set.hpp"
 
+#include <utility>
+
 namespace sluice::http {
 
 void tracked_connection::expire() {
@@ -21,7 +23,11 @@ void connection_set::start() {
     timer_.async_wait([this](boost::system::error_code ec) {
         if (ec) return;
         sweep();
-        if (!draining_ || !list_.empty()) start();
+        if (!draining_ || !list_.empty()) {
+            start();
+        } else if (on_empty_) {
+            std::exchange(on_empty_, nullptr)();
+        }
     });
 }
 
@@ -31,8 +37,9 @@ void connection_set::sweep() {
         if (c.deadline_ <= now || (draining_ && c.idle)) c.expire();
 }
 
-void connection_set::drain() {
+void connection_set::drain(std::function<void()> on_empty) {
     draining_ = true;
+    on_empty_ = std::move(on_empty);
     sweep();
 }
 

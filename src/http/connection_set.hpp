@@ -15,6 +15,7 @@
 #include <boost/intrusive/list.hpp>
 
 #include <chrono>
+#include <functional>
 
 namespace sluice::http {
 
@@ -54,8 +55,8 @@ public:
     void add(tracked_connection& c) { list_.push_back(c); }
     std::size_t size() const { return list_.size(); }
     void start();
-    // Stop the sweep once the set is empty; expire idle connections now.
-    void drain();
+    // Stop the sweep once the set is empty, then call on_empty; expire idle connections now.
+    void drain(std::function<void()> on_empty);
 
 private:
     void sweep();
@@ -63,6 +64,7 @@ private:
     boost::asio::steady_timer timer_;
     clock::duration tick_;
     bool draining_ = false;
+    std::function<void()> on_empty_;
 };
 
 }  // namespace sluice::http

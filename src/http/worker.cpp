@@ -78,12 +78,12 @@ void worker::start() {
     asio::co_spawn(ioc, accept_loop(*this), report);
 }
 
-void worker::begin_drain() {
+void worker::begin_drain(std::function<void()> on_drained) {
     draining = true;
     boost::system::error_code ignored;
     acceptor.close(ignored);
     pool.close_all();
-    connections.drain();
+    connections.drain(std::move(on_drained));
 }
 
 }  // namespace sluice::http

@@ -42,7 +42,9 @@ struct worker {
 
     // Starts accepting on `acceptor` (already bound and listening).
     void start();
-    void begin_drain();
+    // Stops accepting and closes idle connections; calls on_drained (on this thread) once
+    // the last connection has closed.
+    void begin_drain(std::function<void()> on_drained);
     // Installs a new snapshot; requests already running keep theirs. Worker thread only.
     void set_snapshot(std::shared_ptr<const snapshot> s);
 };

@@ -38,6 +38,9 @@ check check_buckets(const tier& t, const tier_state& s, usec now, std::int64_t c
         c.reset = first_live >= 0 ? leaves(s.data[static_cast<std::size_t>(first_live)]) : cost > 0 ? leaves(current) : 0;
         return c;
     }
+    // A cost above the limit never fits (config forbids it; stay defined regardless).
+    c.admit_at = now + t.horizon;
+    if (first_live < 0) return c;
     // Drop buckets oldest first until the request fits; it is admitted once the last
     // dropped bucket has left the window.
     std::int64_t freed = 0;
@@ -93,7 +96,7 @@ check check_log(const tier& t, const tier_state& s, usec now, std::int64_t cost)
     check c;
     c.ok = count + cost <= t.limit;
     c.remaining = t.limit - count - (c.ok ? cost : 0);
-    if (!c.ok) c.admit_at = *(live + (count + cost - t.limit - 1)) + t.per;
+    if (!c.ok) c.admit_at = cost > t.limit ? now + t.horizon : *(live + (count + cost - t.limit - 1)) + t.per;
     c.reset = live != s.data.end() ? *live + t.per - now : cost > 0 ? t.per : 0;
     return c;
 }

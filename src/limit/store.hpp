@@ -54,6 +54,8 @@ public:
     virtual void on_reload() {}
     // Whether the store can answer now (for /readyz); any thread.
     virtual bool ready() const { return true; }
+    // Stop background work (connections) so the worker's loop can finish. Its thread.
+    virtual void stop() {}
 };
 
 }  // namespace sluice::limit

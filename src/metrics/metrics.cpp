@@ -68,6 +68,11 @@ void registry::set_store_gauges(std::function<std::size_t()> keys_held, std::fun
     evictions_ = std::move(evictions);
 }
 
+void registry::add_collector(std::function<std::vector<prometheus::MetricFamily>()> collect) {
+    std::lock_guard lock(names_mu_);
+    collectors_.push_back(std::move(collect));
+}
+
 namespace {
 
 MetricFamily family(std::string name, std::string help, MetricType type) {
@@ -197,6 +202,9 @@ std::string registry::scrape() const {
                        MetricType::Gauge);
     idle.metric.push_back(gauge(static_cast<std::int64_t>(total(&shard::idle_upstream_))));
     out.push_back(std::move(idle));
+
+    for (const auto& collect : collectors_)
+        for (auto& f : collect()) out.push_back(std::move(f));
 
     std::ostringstream text;
     prometheus::TextSerializer().Serialize(text, out);

@@ -101,6 +101,8 @@ public:
     std::size_t slot(std::string_view kind, const std::string& name);
     // Store figures read at scrape time.
     void set_store_gauges(std::function<std::size_t()> keys_held, std::function<std::uint64_t()> evictions);
+    // More families, computed at scrape time (e.g. the Redis store's counters).
+    void add_collector(std::function<std::vector<prometheus::MetricFamily>()> collect);
     prometheus::Registry& extra() { return *extra_; }
     // Prometheus text exposition format. Any thread.
     std::string scrape() const;
@@ -111,6 +113,7 @@ private:
     std::vector<std::string> routes_, policies_;
     std::function<std::size_t()> keys_held_;
     std::function<std::uint64_t()> evictions_;
+    std::vector<std::function<std::vector<prometheus::MetricFamily>()>> collectors_;
     std::shared_ptr<prometheus::Registry> extra_;
 };
 

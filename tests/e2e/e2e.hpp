@@ -61,15 +61,26 @@ inline double metric_value(const std::string& text, const std::string& sample) {
     return std::stod(text.substr(pos + sample.size() + 2));
 }
 
+// Waits, up to `limit`, for `done()` to hold; returns whether it did. For state another
+// process reaches a moment after the client saw its answer (a counter, a log line).
+template <class Pred>
+bool eventually(Pred&& done, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+        if (std::chrono::steady_clock::now() > deadline) return false;
+        std::this_thread::yield();
+    }
+    return true;
+}
+
 // Request counters are recorded when the last byte of a response has been written, a
 // moment after the client may have read it: wait (bounded) for a sample to reach a value.
 inline double eventually_metric(std::uint16_t admin_port, const std::string& sample, double expected) {
     double v = -1;
-    for (int i = 0; i < 200; ++i) {
+    eventually([&] {
         v = metric_value(fetch(admin_port, "GET", "/metrics").body, sample);
-        if (v == expected) break;
-        std::this_thread::yield();
-    }
+        return v == expected;
+    });
     return v;
 }
 

@@ -61,9 +61,8 @@ TEST_CASE("SIGTERM: stop accepting, finish in-flight requests, exit 0") {
     connection c("127.0.0.1", f.gw->port);
     auto before = f.upstream_stats().at("requests").to_number<std::int64_t>();
     c.send(make_request("GET", "/slow?ms=700"));
-    // Wait until the request is at the upstream (bounded poll of a condition).
-    for (int i = 0; i < 200 && f.upstream_stats().at("requests").to_number<std::int64_t>() < before + 1; ++i) {
-    }
+    // Wait until the request is at the upstream.
+    REQUIRE(eventually([&] { return f.upstream_stats().at("requests").to_number<std::int64_t>() >= before + 1; }));
     f.gw->proc->signal(SIGTERM);
     f.gw->proc->wait_for_line("stopped accepting");
     CHECK_THROWS(connection("127.0.0.1", f.gw->port, 1s).send(make_request("GET", "/late")));
@@ -79,8 +78,7 @@ TEST_CASE("SIGTERM: requests still running at drain_timeout are cut, exit is sti
     connection c("127.0.0.1", f.gw->port);
     auto before = f.upstream_stats().at("requests").to_number<std::int64_t>();
     c.send(make_request("GET", "/slow?ms=10000"));
-    for (int i = 0; i < 200 && f.upstream_stats().at("requests").to_number<std::int64_t>() < before + 1; ++i) {
-    }
+    REQUIRE(eventually([&] { return f.upstream_stats().at("requests").to_number<std::int64_t>() >= before + 1; }));
     f.gw->proc->signal(SIGTERM);
     CHECK(f.gw->proc->wait_exit(5s) == 0);
     CHECK(c.wait_closed(5s));

@@ -1,0 +1,155 @@
+// One pipelined Redis connection on one worker's io_context (DESIGN.md, "Concurrency").
+//
+// Every request of the worker shares it: call() queues a command and waits for its own
+// reply; one writer sends everything queued in one write; replies resolve the callers in
+// order. The decisions (timeouts, tombstones, the in-flight cap, NOSCRIPT resends, when
+// to rebuild) are redis_pipeline's; this class owns the socket, the timers and the
+// reconnect loop. Asio owns the TCP socket; hiredis only formats and parses.
+//
+// Contract:
+//  - call() answers by its deadline (options.timeout) at the latest, and at once while
+//    disconnected, while the handshake runs, or when max_in_flight calls are outstanding.
+//    A command that was written is never sent again, except after NOSCRIPT (it did not
+//    run): then the script is loaded again and the same command resent transparently.
+//  - After start(), it connects in the background and after any loss reconnects with
+//    exponential backoff (with jitter); on connect: AUTH (if a password is set), SELECT
+//    (if database != 0), SCRIPT LOAD of options.script (if not empty), then ready.
+//
+// Thread: create it, call start(), call(), stop() and script_sha() on the thread running
+// its executor (one worker's io_context). ready() from any thread. Hold it in a
+// shared_ptr: its background coroutines keep it alive until they have finished.
+#pragma once
+
+#include "config/config.hpp"
+#include "metrics/metrics.hpp"
+#include "store/redis_pipeline.hpp"
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace sluice::store {
+
+// Counters of one worker's Redis connection and store, written by that worker only and
+// readable from any thread (the metrics registry sums them).
+struct redis_counters {
+    metrics::cell writes;            // socket writes (each one batch)
+    metrics::cell commands;          // commands written (commands / writes = batching)
+    metrics::cell deny_cache_hits;   // checks answered 429 by the local deny cache
+    metrics::cell deny_cache_size;   // entries in the deny cache (a gauge)
+    metrics::cell timeouts;          // calls that reached their deadline
+    metrics::cell errors;            // checks answered with an error (any cause, timeouts included)
+    metrics::cell reconnects;        // connections established after the first
+    metrics::cell noscript_reloads;  // SCRIPT LOADs sent after a NOSCRIPT reply
+    metrics::cell connection_lost;   // connections dropped (peer closed, I/O error, stall)
+};
+
+struct redis_connection_options {
+    std::string host = "127.0.0.1";
+    std::uint16_t port = 6379;
+    std::string username;  // "" = default user
+    std::string password;  // "" = no AUTH
+    unsigned database = 0;
+    redis_clock::duration timeout = std::chrono::milliseconds(50);  // per call
+    redis_clock::duration connect_timeout = std::chrono::seconds(1);  // TCP connect, then handshake
+    std::size_t max_in_flight = 1024;
+    redis_clock::duration backoff_first = std::chrono::milliseconds(50);
+    redis_clock::duration backoff_max = std::chrono::seconds(2);
+    std::string script;  // loaded on every connect and after NOSCRIPT; "" = none
+
+    // From store.redis.*: the first node, the password read from the environment variable
+    // named by password_env (unset or empty: no AUTH).
+    static redis_connection_options from(const config::store_config& c, std::string script);
+    // How long the oldest outstanding command may wait before the connection is rebuilt.
+    redis_clock::duration stall_after() const;
+};
+
+class redis_connection : public std::enable_shared_from_this<redis_connection> {
+public:
+    enum class error { none, not_ready, overloaded, timeout, connection_lost, stopped };
+    static const char* to_string(error e);
+
+    struct result {
+        error failure = error::none;
+        reply_ptr reply;  // when failure == none: the reply (possibly an error reply)
+        bool ok() const { return failure == error::none; }
+    };
+
+    // `counters` is shared: the connection may outlive its owner while it winds down.
+    static std::shared_ptr<redis_connection> create(boost::asio::any_io_executor ex, redis_connection_options o,
+                                                    std::shared_ptr<redis_counters> counters);
+    ~redis_connection();
+    redis_connection(const redis_connection&) = delete;
+    redis_connection& operator=(const redis_connection&) = delete;
+
+    // Begins connecting (in the background). Once.
+    void start();
+    // Closes the connection and fails every outstanding call; no reconnect after it.
+    void stop();
+
+    // Sends one command. resend_on_noscript: it is an EVALSHA of options.script.
+    // The argv is taken by value (coroutine argument).
+    boost::asio::awaitable<result> call(std::vector<std::string> argv, bool resend_on_noscript = false);
+
+    // Connected and the handshake (script included) done. Any thread.
+    bool ready() const { return ready_.load(std::memory_order_acquire); }
+    // The SHA1 of options.script as Redis reported it; "" before the first connect.
+    const std::string& script_sha() const { return pipeline_.script_sha(); }
+    std::size_t outstanding() const { return pipeline_.outstanding(); }
+
+private:
+    struct waiter {
+        result* out = nullptr;
+        boost::asio::any_completion_handler<void()> wake;
+    };
+
+    redis_connection(boost::asio::any_io_executor ex, redis_connection_options o,
+                     std::shared_ptr<redis_counters> counters);
+
+    boost::asio::awaitable<void> run(std::shared_ptr<redis_connection> self);
+    boost::asio::awaitable<bool> connect_socket();
+    boost::asio::awaitable<void> serve();
+    boost::asio::awaitable<void> read_loop();
+    boost::asio::awaitable<void> write_loop();
+    boost::asio::awaitable<void> deadline_loop();
+    boost::asio::awaitable<void> wait_for(redis_clock::duration d);
+
+    bool on_reply(reply_ptr r);
+    void finish(redis_pipeline::id request, error failure, reply_ptr reply = nullptr);
+    void fail_all(const std::vector<redis_pipeline::id>& ids, error failure);
+    void wake_writer();
+    void arm_deadline(redis_clock::time_point t);
+    void drop_connection();
+
+    boost::asio::any_io_executor ex_;
+    redis_connection_options opts_;
+    std::shared_ptr<redis_counters> counters_;
+    redis_pipeline pipeline_;
+    reply_reader reader_;
+    boost::asio::ip::tcp::socket socket_;
+    boost::asio::steady_timer writer_wake_;  // condition variable of the idle writer
+    boost::asio::steady_timer deadline_;     // the earliest deadline of the pipeline
+    boost::asio::steady_timer backoff_timer_;
+    redis_clock::time_point deadline_armed_ = redis_clock::time_point::max();
+    std::unordered_map<redis_pipeline::id, waiter> waiters_;
+    std::vector<redis_pipeline::id> expired_;  // reused by the deadline loop
+    reconnect_backoff backoff_;
+    std::minstd_rand rng_;
+    std::atomic<bool> ready_{false};
+    bool started_ = false;
+    bool stopped_ = false;
+    bool connected_ = false;
+    bool ever_connected_ = false;
+};
+
+}  // namespace sluice::store

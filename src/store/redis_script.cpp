@@ -1,0 +1,142 @@
+#include "store/redis_script.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+namespace sluice::store::redis_script {
+
+namespace {
+
+char algorithm_code(config::algorithm a) {
+    switch (a) {
+        case config::algorithm::fixed: return 'f';
+        case config::algorithm::sliding: return 's';
+        case config::algorithm::gcra: return 'g';
+        case config::algorithm::log: return 'l';
+    }
+    return '?';
+}
+
+void append_int(std::vector<std::string>& argv, std::int64_t v) {
+    char buf[24];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+    (void)ec;
+    argv.emplace_back(buf, end);
+}
+
+limit::check_result failure(std::string message) {
+    limit::check_result res;
+    res.state = limit::check_result::status::error;
+    res.error = std::move(message);
+    return res;
+}
+
+}  // namespace
+
+std::string key_name(std::string_view key_prefix, const limit::store_key& k) {
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string name;
+    name.reserve(key_prefix.size() + 8 + 2 * k.id.size());
+    name.append(key_prefix);
+    name += '{';
+    switch (k.kind) {
+        case 'i': name += "ip"; break;
+        case 'u': name += "user"; break;
+        default: name += k.kind; break;
+    }
+    name += ':';
+    for (std::uint8_t b : k.id) {
+        name += hex[b >> 4];
+        name += hex[b & 0xf];
+    }
+    name += '}';
+    return name;
+}
+
+std::string log_key_name(std::string_view key_prefix, const limit::store_key& k, const limit::tier& t) {
+    std::string name = key_name(key_prefix, k);
+    name += ":log:";
+    name += t.id;
+    return name;
+}
+
+void build_call(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
+                const limit::check_request& r, std::optional<limit::usec> now_override) {
+    argv.emplace_back("EVALSHA");
+    argv.emplace_back(sha);
+    const std::size_t numkeys_at = argv.size();
+    argv.emplace_back();
+    std::size_t numkeys = 0;
+    for (const auto& k : r.keys) {
+        argv.push_back(key_name(key_prefix, k));
+        ++numkeys;
+        for (const auto& t : k.tiers) {
+            if (t.algo != config::algorithm::log) continue;
+            argv.push_back(log_key_name(key_prefix, k, t));
+            ++numkeys;
+        }
+    }
+    argv[numkeys_at] = std::to_string(numkeys);
+    if (now_override)
+        append_int(argv, *now_override);
+    else
+        argv.emplace_back();
+    append_int(argv, r.cost);
+    append_int(argv, static_cast<std::int64_t>(r.keys.size()));
+    for (const auto& k : r.keys) {
+        append_int(argv, static_cast<std::int64_t>(k.tiers.size()));
+        for (const auto& t : k.tiers) {
+            argv.emplace_back(1, algorithm_code(t.algo));
+            append_int(argv, t.limit);
+            append_int(argv, t.per);
+            append_int(argv, t.bucket);
+            append_int(argv, t.buckets);
+            append_int(argv, t.burst);
+            append_int(argv, t.interval);
+            append_int(argv, t.tolerance);
+            append_int(argv, t.min_interval);
+            append_int(argv, t.horizon);
+            argv.push_back(t.id);
+        }
+    }
+}
+
+limit::check_result parse_reply(const redisReply* reply, const limit::check_request& r) {
+    if (!reply) return failure("no reply");
+    if (reply->type == REDIS_REPLY_ERROR) {
+        std::string_view msg(reply->str ? reply->str : "", reply->str ? reply->len : 0);
+        if (msg.size() > 200) msg = msg.substr(0, 200);
+        return failure(msg.empty() ? std::string("error reply") : std::string(msg));
+    }
+    if (reply->type != REDIS_REPLY_ARRAY) return failure("malformed reply: not an array");
+    std::size_t tier_count = 0;
+    for (const auto& k : r.keys) tier_count += k.tiers.size();
+    if (reply->elements != 2 + 3 * tier_count) return failure("malformed reply: wrong length");
+    for (std::size_t i = 0; i < reply->elements; ++i)
+        if (!reply->element[i] || reply->element[i]->type != REDIS_REPLY_INTEGER)
+            return failure("malformed reply: not an integer");
+    auto at = [&](std::size_t i) { return reply->element[i]->integer; };
+    auto is_flag = [](long long v) { return v == 0 || v == 1; };
+    if (!is_flag(at(0)) || at(1) < 0) return failure("malformed reply: bad verdict");
+
+    limit::check_result res;
+    res.verdict.allowed = at(0) == 1;
+    res.verdict.retry_after = at(1);
+    res.verdict.tiers.reserve(tier_count);
+    std::size_t e = 2;
+    for (std::size_t k = 0; k < r.keys.size(); ++k) {
+        for (const auto& t : r.keys[k].tiers) {
+            if (!is_flag(at(e + 2))) return failure("malformed reply: bad tier flag");
+            res.verdict.tiers.push_back({&t, k, at(e), at(e + 1), at(e + 2) == 1});
+            e += 3;
+        }
+    }
+    return res;
+}
+
+bool is_noscript(const redisReply* reply) {
+    if (!reply || reply->type != REDIS_REPLY_ERROR || !reply->str) return false;
+    return std::string_view(reply->str, reply->len).starts_with("NOSCRIPT");
+}
+
+}  // namespace sluice::store::redis_script

@@ -1,0 +1,53 @@
+// The Redis side of the limiter, without sockets: the EVALSHA call for a check_request and
+// the decision in its reply. The script itself is lua/rate_limit.lua, embedded at build
+// time (cmake/embed_lua.cmake) as `rate_limit_lua`; it reproduces limit::decide().
+//
+// Call layout (see the header of lua/rate_limit.lua):
+//   EVALSHA <sha> <numkeys> KEYS... ARGV...
+//   KEYS: per identifier in request order: "<prefix>{ip:<hex>}" (or {user:...}), then one
+//         "<prefix>{ip:<hex>}:log:<tier id>" per log tier of it, in tier order.
+//   ARGV: time override in µs ("" in production), cost, number of identifiers, then per
+//         identifier: its tier count n and n times: algorithm (f|s|g|l), limit, per_us,
+//         bucket_us, buckets, burst, interval_us, tolerance_us, min_interval_us,
+//         horizon_us, tier id.
+// Reply: [allowed 0|1, retry_after_us, then per tier: remaining, reset_us, admitted 0|1].
+//
+// Thread: pure functions.
+#pragma once
+
+#include "limit/store.hpp"
+
+#include <hiredis/hiredis.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::store {
+
+// The source of lua/rate_limit.lua (generated at build time).
+extern const char* const rate_limit_lua;
+
+namespace redis_script {
+
+// Appends the full EVALSHA command: "EVALSHA", sha, numkeys, KEYS..., ARGV...
+// `now_override` is for tests only: production passes "" and the script reads TIME.
+void build_call(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
+                const limit::check_request& r, std::optional<limit::usec> now_override = std::nullopt);
+
+// The decision, or status::error with a short message for error replies / malformed replies.
+// Fills decision.tiers with pointers to the request's tiers (in request order), key_index set.
+limit::check_result parse_reply(const redisReply* reply, const limit::check_request& r);
+
+// An error reply starting with "NOSCRIPT": the script was not run; load it and resend.
+bool is_noscript(const redisReply* reply);
+
+// "<prefix>{ip:<32 hex>}" for kind 'i', "<prefix>{user:<32 hex>}" for 'u'.
+std::string key_name(std::string_view key_prefix, const limit::store_key& k);
+
+// key_name(...) + ":log:" + tier id: the ZSET of a log tier (same cluster slot).
+std::string log_key_name(std::string_view key_prefix, const limit::store_key& k, const limit::tier& t);
+
+}  // namespace redis_script
+}  // namespace sluice::store

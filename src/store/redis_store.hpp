@@ -1,0 +1,111 @@
+// The Redis store: limit state lives in Redis, decided by one EVALSHA of the rate-limit
+// script per request over the worker's pipelined connection (DESIGN.md, "Concurrency" and
+// "Limits and the data model").
+//
+// Contract:
+//  - try_check() answers without a round trip: 429 from the local deny cache while a
+//    cached denial holds, an error at once while Redis is not ready; else nullopt.
+//  - check() answers by store.redis.timeout: the decision, or an error (the caller applies
+//    store.on_error). It never throws. A written EVALSHA is never resent (except after
+//    NOSCRIPT, when it did not run).
+//  - keys_held() is 0: Redis holds the identifiers (the deny cache's size is in
+//    counters().deny_cache_size).
+//
+// Thread: one store per worker. start(), stop(), try_check(), check() and on_reload() on
+// that worker's thread (its io_context). ready(), keys_held() and counters() from any
+// thread. Call stop() and let the io_context run before destroying the io_context.
+#pragma once
+
+#include "config/config.hpp"
+#include "limit/store.hpp"
+#include "store/redis_connection.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+namespace sluice::store {
+
+// Recent denials of one worker, keyed by the request's identifiers, tiers (their keys, in
+// order) and cost. A denial with retry_after R given at instant T means the same request
+// is denied until T + R whatever else happens meanwhile (other admissions only push that
+// instant later), so find() answers it again until then: a copy with retry_after (and
+// every tier's reset) reduced by the time elapsed. At most max_entries; the oldest are
+// evicted first. Thread: one thread (the owning worker's).
+class deny_cache {
+public:
+    explicit deny_cache(std::size_t max_entries) : max_(max_entries == 0 ? 1 : max_entries) {}
+
+    std::optional<limit::decision> find(const limit::check_request& r, redis_clock::time_point now);
+    // `asked`: when the request was sent (earlier than Redis' clock read: the entry never
+    // outlives the denial). Ignored unless `d` is a denial whose tiers point into `r`.
+    void insert(const limit::check_request& r, const limit::decision& d, redis_clock::time_point asked);
+    void clear();
+    std::size_t size() const { return map_.size(); }
+
+private:
+    struct entry {
+        limit::decision verdict;  // tier pointers rebuilt from the request on each hit
+        std::vector<std::size_t> tier_pos;  // per tier result: its index within its key's tiers
+        redis_clock::time_point given{}, until{};
+        std::uint64_t seq = 0;
+    };
+
+    void key_of(const limit::check_request& r);
+    void evict_one();
+    void compact_order();
+
+    std::size_t max_;
+    std::unordered_map<std::string, entry> map_;
+    std::deque<std::pair<std::uint64_t, std::string>> order_;  // insertion order (may hold stale keys)
+    std::string key_;  // scratch
+    std::uint64_t seq_ = 0;
+};
+
+struct redis_store_options {
+    std::size_t deny_cache_max = 10'000;
+    std::size_t max_in_flight = 1024;
+    std::string script;  // the rate-limit script's source; "" = the embedded lua/rate_limit.lua
+};
+
+class redis_store final : public limit::store {
+public:
+    explicit redis_store(const config::store_config& c, const redis_store_options& o = {});
+    ~redis_store() override;
+    redis_store(const redis_store&) = delete;
+    redis_store& operator=(const redis_store&) = delete;
+
+    // Starts connecting on `ex` (the worker's io_context), in the background. Once.
+    void start(boost::asio::any_io_executor ex);
+    // Fails outstanding checks; no reconnect after it.
+    void stop() override;
+
+    std::optional<limit::check_result> try_check(const limit::check_request& r) override;
+    boost::asio::awaitable<limit::check_result> check(limit::check_request r) override;
+    std::size_t keys_held() const override { return 0; }
+    void on_reload() override;
+    bool ready() const override;
+
+    const redis_counters& counters() const { return *counters_; }
+    // For tests: the connection (null before start()).
+    redis_connection* connection() { return conn_.get(); }
+
+private:
+    limit::check_result failed(const char* why);
+
+    redis_connection_options conn_opts_;
+    std::string key_prefix_;
+    std::shared_ptr<redis_counters> counters_;
+    std::shared_ptr<redis_connection> conn_;
+    std::atomic<bool> started_{false};
+    deny_cache cache_;
+    std::uint64_t generation_ = 0;  // bumped by on_reload(): a check begun before it caches nothing
+};
+
+}  // namespace sluice::store

@@ -1,0 +1,315 @@
+#!/usr/bin/env bash
+# Packaging checks that need no Docker engine: Dockerfile, compose.yaml, conf/*.yaml,
+# conf/grafana-dashboard.json, docs/metrics.md.
+#   check.sh SOURCE_DIR SLUICE_BINARY
+# Prints one line per check; exits 1 after listing every failure.
+set -uo pipefail
+
+if [ $# -ne 2 ]; then
+  echo "usage: $0 SOURCE_DIR SLUICE_BINARY" >&2
+  exit 2
+fi
+root=$1
+sluice=$2
+cd "$root" || { echo "FAIL: cannot enter source dir $root"; exit 1; }
+
+failures=0
+ok()   { echo "ok:   $*"; }
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+note() { echo "note: $*"; }
+
+# Redis store families announced before their code lands; they must be in the dashboard
+# and docs/metrics.md already. Once the code defines them they are found there as well.
+announced_redis=(sluice_redis_commands_total sluice_redis_writes_total
+                 sluice_redis_deny_cache_hits_total sluice_redis_timeouts_total
+                 sluice_redis_reconnects_total sluice_redis_noscript_reloads_total
+                 sluice_redis_connected)
+
+# --- Dockerfile ----------------------------------------------------------------------
+# Logical instructions, one per line: "LINENO<TAB>INSTRUCTION<TAB>ARGUMENTS", comments and
+# blank lines dropped, backslash continuations joined.
+instructions() {
+  awk '
+    function flush() { if (buf != "") { print start "\t" toupper(word) "\t" rest; buf = "" } }
+    {
+      line = $0
+      if (buf == "" && line ~ /^[ \t]*(#|$)/) next        # comment or blank
+      if (buf != "" && line ~ /^[ \t]*#/) next            # comment inside a continuation
+      if (buf == "") start = NR
+      cont = (line ~ /\\[ \t]*$/)
+      if (cont) sub(/\\[ \t]*$/, "", line)
+      buf = buf " " line
+      if (!cont) {
+        sub(/^[ \t]+/, "", buf)
+        word = buf; sub(/[ \t].*$/, "", word)
+        rest = substr(buf, length(word) + 1); sub(/^[ \t]+/, "", rest)
+        flush()
+      }
+    }
+    END { if (buf != "") { sub(/^[ \t]+/, "", buf); word = buf; sub(/[ \t].*$/, "", word); rest = substr(buf, length(word) + 1); sub(/^[ \t]+/, "", rest); flush() } }
+  ' "$1"
+}
+
+if [ ! -f Dockerfile ]; then
+  fail "Dockerfile missing"
+else
+  mapfile -t ins < <(instructions Dockerfile)
+  stages=()        # alias of each stage ("" when unnamed), in order
+  bases=()         # its FROM image
+  declare -A stage_user=() stage_expose=() stage_health=() stage_entry=()
+  stage=-1
+  for l in "${ins[@]}"; do
+    IFS=$'\t' read -r lineno word args <<<"$l"
+    case $word in
+      FROM)
+        stage=$((stage + 1))
+        read -r -a f <<<"$args"
+        img=${f[0]}; alias=""
+        [[ $img == --platform=* ]] && img=${f[1]}
+        for ((i = 0; i < ${#f[@]}; i++)); do
+          [ "${f[i],,}" = as ] && alias=${f[i+1]:-}
+        done
+        base_ok=0
+        [ "$img" = debian:12 ] && base_ok=1
+        for s in "${stages[@]}"; do [ -n "$s" ] && [ "$s" = "$img" ] && base_ok=1; done
+        if ((base_ok)); then ok "Dockerfile:$lineno: stage ${alias:-#$stage} FROM $img (debian:12 or an earlier stage)"
+        else fail "Dockerfile:$lineno: stage ${alias:-#$stage} starts FROM $img; every stage must start FROM debian:12 or an earlier stage of this Dockerfile"; fi
+        stages+=("$alias"); bases+=("$img")
+        ;;
+      RUN)
+        if grep -qE '(^|[;&|( ])(apt-get|apt|aptitude|dpkg|apk|yum|dnf|microdnf|pip3?|npm|gem|snap)[[:space:]]+(-[^[:space:]]+[[:space:]]+)*(install|add|-i)([[:space:]]|$)' <<<"$args"; then
+          fail "Dockerfile:$lineno: RUN installs packages itself instead of through scripts/install-deps.sh: $args"
+        elif grep -q 'install-deps\.sh' <<<"$args"; then
+          ok "Dockerfile:$lineno: RUN installs packages with install-deps.sh"
+        fi
+        ;;
+      COPY|ADD)
+        if [[ $args != *--from=* ]]; then
+          read -r -a f <<<"$args"
+          f=("${f[@]/--chown=*/}"); f=("${f[@]/--chmod=*/}"); f=("${f[@]/--link/}")
+          srcs=()
+          for a in "${f[@]}"; do [ -n "$a" ] && srcs+=("$a"); done
+          for ((i = 0; i < ${#srcs[@]} - 1; i++)); do
+            [ -e "${srcs[i]}" ] || fail "Dockerfile:$lineno: $word source ${srcs[i]} does not exist in the repository"
+          done
+          if [[ $args == *install-deps.sh* && $args != scripts/install-deps.sh* ]]; then
+            fail "Dockerfile:$lineno: install-deps.sh must come from scripts/install-deps.sh: $args"
+          fi
+        fi
+        ;;
+      USER) stage_user[$stage]=$args ;;
+      EXPOSE) stage_expose[$stage]="${stage_expose[$stage]:-} $args" ;;
+      HEALTHCHECK) stage_health[$stage]=$args ;;
+      ENTRYPOINT) stage_entry[$stage]=$args ;;
+    esac
+  done
+
+  # Every stage built straight from debian:12 runs install-deps.sh (build or --runtime).
+  for ((s = 0; s < ${#stages[@]}; s++)); do
+    [ "${bases[s]}" = debian:12 ] || continue
+    body=$(printf '%s\n' "${ins[@]}" | awk -F'\t' -v want=$s '$2 == "FROM" { n++ } n - 1 == want && $2 == "RUN"')
+    if grep -q 'install-deps\.sh' <<<"$body"; then ok "stage ${stages[s]:-#$s} (debian:12) runs install-deps.sh"
+    else fail "stage ${stages[s]:-#$s} starts from debian:12 but never runs scripts/install-deps.sh"; fi
+  done
+
+  # What the final stage inherits: walk its chain of bases within this Dockerfile.
+  last=$((${#stages[@]} - 1))
+  if ((last < 0)); then
+    fail "Dockerfile has no FROM"
+  else
+    chain=()
+    s=$last
+    while :; do
+      chain+=("$s")
+      next=-1
+      for ((t = 0; t < s; t++)); do [ -n "${stages[t]}" ] && [ "${stages[t]}" = "${bases[s]}" ] && next=$t; done
+      ((next < 0)) && break
+      s=$next
+    done
+    eff() {  # eff ARRAY-NAME: the nearest value along the chain (the final stage first)
+      local -n a=$1; local c
+      for c in "${chain[@]}"; do [ -n "${a[$c]:-}" ] && { echo "${a[$c]}"; return; }; done
+    }
+    exposes=""
+    for c in "${chain[@]}"; do exposes+=" ${stage_expose[$c]:-}"; done
+    user=${stage_user[$last]:-}
+    if [ -z "$user" ]; then fail "the final stage (${stages[last]:-#$last}) sets no USER"
+    elif [[ $user =~ ^(root|0)(:.*)?$ ]]; then fail "the final stage runs as $user"
+    else ok "the final stage (${stages[last]:-#$last}) runs as USER $user"; fi
+    for p in 8080 9090; do
+      if grep -qE "(^| )$p(/tcp)?( |$)" <<<"$exposes"; then ok "the final stage EXPOSEs $p"
+      else fail "the final stage does not EXPOSE $p"; fi
+    done
+    health=$(eff stage_health)
+    if [[ $health == *"9090/healthz"* ]]; then ok "HEALTHCHECK hits /healthz on the admin port: $health"
+    else fail "the final stage has no HEALTHCHECK on http://...:9090/healthz (got: ${health:-none})"; fi
+    entry=$(eff stage_entry)
+    if [[ $entry == *"/usr/local/bin/sluice\""* ]]; then ok "the final stage (what 'docker build .' yields) runs the gateway: $entry"
+    else fail "the final stage's ENTRYPOINT is not the gateway (got: ${entry:-none}); keep the gateway stage last"; fi
+  fi
+fi
+
+# The chain CI uses: .ci/run -> scripts/test.sh -> scripts/install-deps.sh.
+code_lines() { grep -vE '^[[:space:]]*(#|$)' "$1"; }
+if [ -f .ci/run ] && code_lines .ci/run | grep -qE 'scripts/test\.sh'; then ok ".ci/run runs scripts/test.sh"
+else fail ".ci/run does not run scripts/test.sh"; fi
+if [ -f scripts/test.sh ] && code_lines scripts/test.sh | grep -qE '(bash|sh|\.)[[:space:]]+scripts/install-deps\.sh'; then
+  ok "scripts/test.sh runs scripts/install-deps.sh (the script the Dockerfile uses)"
+else fail "scripts/test.sh does not run scripts/install-deps.sh"; fi
+
+# --- compose.yaml ----------------------------------------------------------------------
+service_block() {  # the lines of one service under services:, by indentation
+  awk -v want="$1" '
+    /^[^ #]/ { in_services = ($0 ~ /^services:/); inside = 0; next }
+    in_services && /^  [A-Za-z0-9._-]+:/ { name = $1; sub(/:.*/, "", name); inside = (name == want); next }
+    in_services && inside { print }
+  ' compose.yaml
+}
+if [ ! -f compose.yaml ]; then
+  fail "compose.yaml missing"
+else
+  structural_ok=1
+  if grep -n $'\t' compose.yaml; then fail "compose.yaml contains tabs"; structural_ok=0; fi
+  bad_indent=$(awk '!/^[[:space:]]*(#|$)/ { match($0, /^ */); if (RLENGTH % 2) print NR": "$0 }' compose.yaml)
+  if [ -n "$bad_indent" ]; then fail "compose.yaml: odd indentation: $bad_indent"; structural_ok=0; fi
+  bad_top=$(grep -nE '^[^ #]' compose.yaml | grep -vE '^[0-9]+:(name|services|volumes|networks|configs|secrets|x-[A-Za-z0-9_-]+):' || true)
+  if [ -n "$bad_top" ]; then fail "compose.yaml: unexpected top-level keys: $bad_top"; structural_ok=0; fi
+  for svc in sluice redis upstream; do
+    [ -n "$(service_block $svc)" ] || { fail "compose.yaml: no service '$svc' under services:"; structural_ok=0; }
+  done
+  sl=$(service_block sluice); rd=$(service_block redis); up=$(service_block upstream)
+  expect() {  # expect BLOCK-TEXT REGEX WHAT
+    if grep -qE -- "$2" <<<"$1"; then :; else fail "compose.yaml: $3"; structural_ok=0; fi
+  }
+  expect "$sl" '/etc/sluice/docker\.yaml' "sluice does not run --config /etc/sluice/docker.yaml"
+  expect "$sl" '"?([0-9.]+:)?8080:8080"?' "sluice does not publish port 8080"
+  expect "$sl" '"?([0-9.]+:)?9090:9090"?' "sluice does not publish port 9090"
+  expect "$sl" 'SLUICE_HASH_SECRET' "sluice does not pass SLUICE_HASH_SECRET"
+  expect "$sl" '^    depends_on:' "sluice has no depends_on"
+  expect "$sl" '^      (- )?redis:?' "sluice does not depend on redis"
+  expect "$sl" '^      (- )?upstream:?' "sluice does not depend on upstream"
+  expect "$rd" 'image: *"?redis:7' "redis does not use image redis:7"
+  expect "$rd" 'noeviction' "redis does not run with --maxmemory-policy noeviction"
+  expect "$rd" 'healthcheck:' "redis has no healthcheck"
+  # Every build target named in compose.yaml is a stage of the Dockerfile.
+  for t in $(grep -oE 'target: *[A-Za-z0-9._-]+' compose.yaml | sed 's/target: *//'); do
+    found=0
+    for s in "${stages[@]}"; do [ "$s" = "$t" ] && found=1; done
+    if ((found)); then ok "compose.yaml build target '$t' is a Dockerfile stage"
+    else fail "compose.yaml builds target '$t', which the Dockerfile does not define"; structural_ok=0; fi
+  done
+  expect "$up" 'target: *demo-upstream' "upstream is not built from the demo-upstream stage"
+  # sluice is built from this Dockerfile, as its final (default) stage.
+  expect "$sl" '^    build: *\.$|^      context: *\.$' "sluice is not built from this directory's Dockerfile"
+  sl_target=$(grep -oE 'target: *[A-Za-z0-9._-]+' <<<"$sl" | sed 's/target: *//')
+  if [ -n "$sl_target" ] && ((${#stages[@]})) && [ "$sl_target" != "${stages[-1]}" ]; then
+    fail "compose.yaml: sluice builds target '$sl_target', not the Dockerfile's final stage '${stages[-1]}'"; structural_ok=0
+  fi
+  # The config compose runs is baked into the image at that path.
+  if grep -qE '^COPY +conf/docker\.yaml +/etc/sluice/docker\.yaml' Dockerfile; then ok "the image holds /etc/sluice/docker.yaml (from conf/docker.yaml)"
+  else fail "the Dockerfile does not COPY conf/docker.yaml to /etc/sluice/docker.yaml"; fi
+  if grep -qE '^COPY +conf/container\.yaml +/etc/sluice/container\.yaml' Dockerfile && grep -qE '^CMD .*/etc/sluice/container\.yaml' Dockerfile; then
+    ok "the image's default CMD runs /etc/sluice/container.yaml (from conf/container.yaml)"
+  else fail "the Dockerfile does not COPY conf/container.yaml to /etc/sluice/ and run it by default"; fi
+  ((structural_ok)) && ok "compose.yaml structure: services sluice, redis, upstream; 2-space indentation; ports, depends_on, targets"
+
+  if python3 -c 'import yaml' 2>/dev/null; then
+    if python3 - compose.yaml <<'PY'
+import sys, yaml
+doc = yaml.safe_load(open(sys.argv[1]))
+s = doc["services"]
+assert set(s) >= {"sluice", "redis", "upstream"}, f"services: {sorted(s)}"
+assert "/etc/sluice/docker.yaml" in s["sluice"]["command"], s["sluice"]["command"]
+ports = [str(p) for p in s["sluice"]["ports"]]
+assert any(p.endswith("8080:8080") for p in ports) and any(p.endswith("9090:9090") for p in ports), ports
+deps = s["sluice"]["depends_on"]
+assert {"redis", "upstream"} <= set(deps), deps
+env = s["sluice"]["environment"]
+assert "SLUICE_HASH_SECRET" in (env if isinstance(env, dict) else [e.split("=")[0] for e in env]), env
+assert str(s["redis"]["image"]).startswith("redis:7"), s["redis"]["image"]
+cmd = s["redis"]["command"]
+cmd = cmd if isinstance(cmd, list) else cmd.split()
+assert "noeviction" in cmd and cmd[cmd.index("noeviction") - 1] == "--maxmemory-policy", cmd
+assert s["upstream"]["build"]["target"] == "demo-upstream", s["upstream"]["build"]
+PY
+    then ok "compose.yaml parses as YAML (PyYAML) and has the expected services"
+    else fail "compose.yaml: PyYAML parse or content check failed (above)"; fi
+  else
+    note "PyYAML not installed: compose.yaml checked structurally only (no real YAML parse)"
+  fi
+fi
+
+# --- conf/*.yaml -----------------------------------------------------------------------
+if [ ! -x "$sluice" ]; then
+  fail "gateway binary $sluice missing or not executable"
+else
+  shopt -s nullglob
+  confs=(conf/*.yaml conf/*.yml)
+  ((${#confs[@]})) || fail "no conf/*.yaml files"
+  for f in "${confs[@]}"; do
+    if out=$("$sluice" --config "$f" --check 2>&1); then ok "$out"
+    else fail "sluice --config $f --check: $out"; fi
+  done
+fi
+
+# --- metric families: code -> dashboard and docs ---------------------------------------
+mapfile -t families < <(grep -rhoE '"sluice_[a-z0-9_]+"' src --include='*.cpp' --include='*.hpp' | tr -d '"' | sort -u)
+if ((${#families[@]} < 10)); then
+  fail "found only ${#families[@]} metric family names in src/ (${families[*]}); expected every family"
+else
+  ok "${#families[@]} metric families defined in src/: ${families[*]}"
+fi
+mapfile -t expected < <(printf '%s\n' "${families[@]}" "${announced_redis[@]}" | sort -u)
+
+dash=conf/grafana-dashboard.json
+if [ ! -f "$dash" ]; then
+  fail "$dash missing"
+else
+  if command -v python3 >/dev/null; then
+    if err=$(python3 -m json.tool "$dash" 2>&1 >/dev/null); then ok "$dash is valid JSON (python3 -m json.tool)"
+    else fail "$dash is not valid JSON: $err"; fi
+  else
+    tmp=$(mktemp); printf 'file(READ "%s" j)\nstring(JSON t ERROR_VARIABLE e TYPE "${j}")\nif(e)\n  message(FATAL_ERROR "${e}")\nendif()\n' "$PWD/$dash" >"$tmp"
+    if err=$(cmake -P "$tmp" 2>&1); then ok "$dash is valid JSON (cmake string(JSON))"
+    else fail "$dash is not valid JSON: $err"; fi
+    rm -f "$tmp"
+  fi
+  grep -q '"schemaVersion": *3[0-9]' "$dash" && ok "$dash schemaVersion: $(grep -oE '"schemaVersion": *[0-9]+' "$dash" | grep -oE '[0-9]+$')" \
+    || fail "$dash: schemaVersion is not 3x"
+  grep -q '"${DS_PROMETHEUS}"' "$dash" && grep -q '"name": *"DS_PROMETHEUS"' "$dash" \
+    && ok "$dash uses the \${DS_PROMETHEUS} datasource input" || fail "$dash: no \${DS_PROMETHEUS} datasource input"
+  # Only the queries count: a name in a title or description is not a panel over it.
+  exprs=$(grep -oE '"expr": *"([^"\\]|\\.)*"' "$dash")
+  missing=()
+  for m in "${expected[@]}"; do
+    grep -qE "(^|[^a-z0-9_])${m}(_bucket|_sum|_count)?([^a-z0-9_]|$)" <<<"$exprs" || missing+=("$m")
+  done
+  if ((${#missing[@]})); then fail "$dash has no query over: ${missing[*]}"
+  else ok "$dash queries every family (${#expected[@]}, the announced Redis ones included)"; fi
+  unknown=()
+  for n in $(grep -oE 'sluice_[a-z0-9_]+' <<<"$exprs" | sort -u); do
+    base=$n
+    for suf in _bucket _sum _count; do [[ $n == *$suf ]] && printf '%s\n' "${expected[@]}" | grep -qx "${n%"$suf"}" && base=${n%"$suf"}; done
+    printf '%s\n' "${expected[@]}" | grep -qx "$base" || unknown+=("$n")
+  done
+  if ((${#unknown[@]})); then fail "$dash queries names no code defines (typo?): ${unknown[*]}"
+  else ok "$dash queries no unknown metric names"; fi
+  bad_hq=$(grep -oE 'histogram_quantile\(([^"\\]|\\.)*' <<<"$exprs" | grep -v 'by (le)' || true)
+  [ -z "$bad_hq" ] && ok "$dash: every histogram_quantile aggregates by (le)" || fail "$dash: histogram_quantile without by (le): $bad_hq"
+fi
+
+doc=docs/metrics.md
+if [ ! -f "$doc" ]; then
+  fail "$doc missing"
+else
+  missing=()
+  for m in "${expected[@]}"; do grep -qE "^\| \`$m\` \|" "$doc" || missing+=("$m"); done
+  if ((${#missing[@]})); then fail "$doc has no table row for: ${missing[*]}"
+  else ok "$doc has a row for every family (${#expected[@]})"; fi
+fi
+
+if ((failures)); then
+  echo "packaging: $failures check(s) failed"
+  exit 1
+fi
+echo "packaging: all checks passed"

@@ -1,0 +1,826 @@
+// The Redis script against its oracle: lua/rate_limit.lua on a real redis-server versus
+// limit::decide() on in-memory states, request by request on random traces; plus unit
+// tests of the EVALSHA encoder and the reply parser.
+//
+// The differential test starts its own redis-server (SLUICE_REDIS_SERVER, default
+// redis-server on PATH) on a free loopback port and stops it at the end of each case.
+// Seed: SLUICE_TEST_SEED, else random (printed).
+#include "limit/decide.hpp"
+#include "limit/store.hpp"
+#include "store/redis_script.hpp"
+
+#include <doctest/doctest.h>
+#include <hiredis/hiredis.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace sluice;
+using limit::usec;
+using config::algorithm;
+namespace rs = store::redis_script;
+
+constexpr usec MS = 1000;
+constexpr usec SEC = 1'000'000;
+constexpr usec HOUR = 3600 * SEC;
+
+// ---------------------------------------------------------------------------------------
+// Tiers and keys
+
+const char* algo_name(algorithm a) {
+    switch (a) {
+        case algorithm::fixed: return "fixed";
+        case algorithm::sliding: return "sliding";
+        case algorithm::gcra: return "gcra";
+        case algorithm::log: return "log";
+    }
+    return "?";
+}
+
+// param: sliding precision (ms), gcra burst; unused otherwise.
+limit::tier make_tier(algorithm algo, std::int64_t limit, std::int64_t per_ms, std::int64_t param,
+                      std::int64_t min_interval_ms = 0, const std::string& policy = "p", const std::string& kind = "ip",
+                      const std::string& suffix = "") {
+    config::tier_config c;
+    c.kind = kind;
+    c.limit = limit;
+    c.per = config::duration{per_ms};
+    c.algo = algo;
+    c.precision = config::duration{algo == algorithm::fixed ? per_ms : algo == algorithm::sliding ? param : 0};
+    c.burst = algo == algorithm::gcra ? param : 0;
+    c.min_interval = config::duration{min_interval_ms};
+    c.id = policy + "/" + kind + "/" + algo_name(algo) + "/" + std::to_string(per_ms) + "ms/" + std::to_string(param) + suffix;
+    c.name = kind + "-" + std::to_string(per_ms) + "ms";
+    return limit::tier::from(c);
+}
+
+limit::digest digest_of(unsigned n) {
+    limit::digest d{};
+    for (std::size_t i = 0; i < d.size(); ++i) d[i] = static_cast<std::uint8_t>(n * 37 + i * 11);
+    return d;
+}
+
+// ---------------------------------------------------------------------------------------
+// hiredis helpers
+
+struct reply_free {
+    void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+using reply_ptr = std::unique_ptr<redisReply, reply_free>;
+struct context_free {
+    void operator()(redisContext* c) const { redisFree(c); }
+};
+using context_ptr = std::unique_ptr<redisContext, context_free>;
+
+reply_ptr command(redisContext* c, const std::vector<std::string>& args) {
+    std::vector<const char*> ptrs;
+    std::vector<size_t> lens;
+    for (const auto& a : args) {
+        ptrs.push_back(a.data());
+        lens.push_back(a.size());
+    }
+    return reply_ptr(static_cast<redisReply*>(
+        redisCommandArgv(c, static_cast<int>(args.size()), ptrs.data(), lens.data())));
+}
+
+// Several commands in one round trip.
+std::vector<reply_ptr> pipeline(redisContext* c, const std::vector<std::vector<std::string>>& cmds) {
+    for (const auto& args : cmds) {
+        std::vector<const char*> ptrs;
+        std::vector<size_t> lens;
+        for (const auto& a : args) {
+            ptrs.push_back(a.data());
+            lens.push_back(a.size());
+        }
+        redisAppendCommandArgv(c, static_cast<int>(args.size()), ptrs.data(), lens.data());
+    }
+    std::vector<reply_ptr> out;
+    for (std::size_t i = 0; i < cmds.size(); ++i) {
+        void* r = nullptr;
+        if (redisGetReply(c, &r) != REDIS_OK) break;
+        out.emplace_back(static_cast<redisReply*>(r));
+    }
+    return out;
+}
+
+std::string str(const redisReply* r) {
+    if (!r) return "<null>";
+    switch (r->type) {
+        case REDIS_REPLY_STRING:
+        case REDIS_REPLY_STATUS:
+        case REDIS_REPLY_ERROR: return std::string(r->str, r->len);
+        case REDIS_REPLY_INTEGER: return std::to_string(r->integer);
+        case REDIS_REPLY_NIL: return "<nil>";
+        case REDIS_REPLY_ARRAY: {
+            std::string s = "[";
+            for (std::size_t i = 0; i < r->elements; ++i) s += (i ? "," : "") + str(r->element[i]);
+            return s + "]";
+        }
+    }
+    return "<?>";
+}
+
+// A redis-server of our own on a free loopback port.
+class redis_server {
+public:
+    redis_server() {
+        for (int attempt = 0; attempt < 3 && !ctx_; ++attempt) start();
+        REQUIRE_MESSAGE(ctx_, "could not start redis-server");
+    }
+    ~redis_server() { stop(); }
+    redis_server(const redis_server&) = delete;
+    redis_server& operator=(const redis_server&) = delete;
+
+    redisContext* ctx() const { return ctx_.get(); }
+    reply_ptr cmd(const std::vector<std::string>& args) const { return command(ctx_.get(), args); }
+    int port() const { return port_; }
+
+private:
+    static int free_port() {
+        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0) return 0;
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = 0;
+        socklen_t len = sizeof a;
+        int port = 0;
+        if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+            port = ntohs(a.sin_port);
+        ::close(fd);
+        return port;
+    }
+
+    void start() {
+        port_ = free_port();
+        if (port_ == 0) return;
+        const char* bin = std::getenv("SLUICE_REDIS_SERVER");
+        std::string exe = bin && *bin ? bin : "redis-server";
+        std::string port = std::to_string(port_);
+        pid_ = ::fork();
+        if (pid_ == 0) {
+            int devnull = ::open("/dev/null", O_WRONLY);
+            if (devnull >= 0) {
+                ::dup2(devnull, 1);
+                ::close(devnull);
+            }
+            ::execlp(exe.c_str(), exe.c_str(), "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
+                     "--appendonly", "no", "--dir", "/tmp", "--loglevel", "warning", static_cast<char*>(nullptr));
+            std::_Exit(127);
+        }
+        if (pid_ < 0) return;
+        for (int i = 0; i < 300; ++i) {  // up to ~3 s
+            int status = 0;
+            if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+                pid_ = -1;
+                return;
+            }
+            timeval tv{0, 200'000};
+            context_ptr c(redisConnectWithTimeout("127.0.0.1", port_, tv));
+            if (c && !c->err) {
+                auto r = command(c.get(), {"PING"});
+                if (r && str(r.get()) == "PONG") {
+                    ctx_ = std::move(c);
+                    return;
+                }
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        stop();
+    }
+
+    void stop() {
+        ctx_.reset();
+        if (pid_ > 0) {
+            ::kill(pid_, SIGTERM);
+            int status = 0;
+            ::waitpid(pid_, &status, 0);
+            pid_ = -1;
+        }
+    }
+
+    int port_ = 0;
+    pid_t pid_ = -1;
+    context_ptr ctx_;
+};
+
+std::string load_script(const redis_server& srv) {
+    auto r = srv.cmd({"SCRIPT", "LOAD", store::rate_limit_lua});
+    REQUIRE(r);
+    REQUIRE_MESSAGE(r->type == REDIS_REPLY_STRING, str(r.get()));
+    return str(r.get());
+}
+
+std::uint64_t test_seed() {
+    if (const char* s = std::getenv("SLUICE_TEST_SEED"); s && *s) return std::strtoull(s, nullptr, 10);
+    return (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+}
+
+// A time a day ahead of the wall clock, aligned to the hour: every bucket edge is a round
+// number, and keys written at it never expire while the test runs (TTLs cover the
+// distance to the clock too).
+usec future_t0() {
+    const auto wall = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+    return (wall / HOUR + 24) * HOUR;
+}
+
+// ---------------------------------------------------------------------------------------
+// Running both sides
+
+struct harness {
+    harness(const redis_server& s, std::string script_sha) : srv(s), sha(std::move(script_sha)) {}
+
+    const redis_server& srv;
+    std::string sha;
+    std::string prefix = "t:";
+    std::map<std::string, limit::key_state> states;          // decide()'s side, by key name
+    std::map<std::string, long long> expire_at;                // last PEXPIRETIME seen per key
+    std::size_t requests = 0, denials = 0, log_entries = 0;
+
+    std::vector<std::string> key_names(const limit::check_request& r) const {
+        std::vector<std::string> names;
+        for (const auto& k : r.keys) {
+            names.push_back(rs::key_name(prefix, k));
+            for (const auto& t : k.tiers)
+                if (t.algo == algorithm::log) names.push_back(rs::log_key_name(prefix, k, t));
+        }
+        return names;
+    }
+
+    // DUMP and PEXPIRETIME of every key of the request.
+    std::string snapshot(const limit::check_request& r) const {
+        std::vector<std::vector<std::string>> cmds;
+        for (const auto& n : key_names(r)) {
+            cmds.push_back({"DUMP", n});
+            cmds.push_back({"PEXPIRETIME", n});
+        }
+        std::string out;
+        for (const auto& rep : pipeline(srv.ctx(), cmds)) out += str(rep.get()) + "\n";
+        return out;
+    }
+
+    limit::decision oracle(const limit::check_request& r, usec now) {
+        std::vector<limit::key_request> reqs;
+        for (const auto& k : r.keys) reqs.push_back({&states[rs::key_name(prefix, k)], k.tiers});
+        return limit::decide(reqs, now, r.cost);
+    }
+
+    limit::check_result script(const limit::check_request& r, std::optional<usec> now) {
+        std::vector<std::string> argv;
+        rs::build_call(argv, sha, prefix, r, now);
+        auto reply = srv.cmd(argv);
+        return rs::parse_reply(reply.get(), r);
+    }
+
+    static std::string compare(const limit::decision& want, const limit::check_result& got) {
+        std::ostringstream o;
+        if (got.state != limit::check_result::status::ok) return "script error: " + got.error;
+        const auto& v = got.verdict;
+        if (v.allowed != want.allowed) o << "allowed " << v.allowed << " want " << want.allowed << "; ";
+        if (v.retry_after != want.retry_after) o << "retry_after " << v.retry_after << " want " << want.retry_after << "; ";
+        if (v.tiers.size() != want.tiers.size()) {
+            o << "tier count " << v.tiers.size() << " want " << want.tiers.size();
+            return o.str();
+        }
+        for (std::size_t i = 0; i < v.tiers.size(); ++i) {
+            const auto& g = v.tiers[i];
+            const auto& w = want.tiers[i];
+            if (g.t != w.t || g.key_index != w.key_index) o << "tier " << i << " identity differs; ";
+            if (g.remaining != w.remaining || g.reset != w.reset || g.admitted != w.admitted)
+                o << "tier " << i << " (" << w.t->id << ") remaining/reset/admitted " << g.remaining << "/" << g.reset
+                  << "/" << g.admitted << " want " << w.remaining << "/" << w.reset << "/" << w.admitted << "; ";
+        }
+        return o.str();
+    }
+
+    std::string describe(const limit::check_request& r, usec now) {
+        std::ostringstream o;
+        o << "request #" << requests << " now=" << now << " cost=" << r.cost;
+        for (const auto& k : r.keys) {
+            auto name = rs::key_name(prefix, k);
+            o << "\n  key " << name << " tiers:";
+            for (const auto& t : k.tiers) o << " " << t.id << "(limit " << t.limit << ", mi " << t.min_interval << ")";
+            const auto& s = states[name];
+            o << "\n    oracle state before: last_time=" << s.last_time;
+            for (const auto& ts : s.tiers) {
+                o << " | " << ts.key << " last=" << ts.last << " [";
+                for (std::size_t i = 0; i < ts.data.size(); ++i) o << (i ? "," : "") << ts.data[i];
+                o << "]";
+            }
+        }
+        return o.str();
+    }
+
+    // Runs one request on both sides and checks everything; returns the oracle's decision.
+    limit::decision step(const limit::check_request& r, usec now) {
+        ++requests;
+        const std::string context = describe(r, now);
+        auto want = oracle(r, now);
+        const std::string before = want.allowed ? std::string() : snapshot(r);
+        auto got = script(r, now);
+        const std::string problem = compare(want, got);
+        INFO(context);
+        REQUIRE_MESSAGE(problem.empty(), problem);
+        if (!want.allowed) {
+            ++denials;
+            // A denial writes nothing: not a field, not a log entry, not a TTL.
+            REQUIRE_EQ(snapshot(r), before);
+            return want;
+        }
+        // Every written key has a TTL that covers its state and never shrinks.
+        std::vector<std::vector<std::string>> cmds;
+        std::vector<std::pair<std::string, usec>> need;  // key, expiry the oracle needs (µs)
+        for (const auto& k : r.keys) {
+            const auto name = rs::key_name(prefix, k);
+            const auto& ks = states[name];
+            cmds.push_back({"PEXPIRETIME", name});
+            need.emplace_back(name, ks.expires);
+            for (const auto& t : k.tiers)
+                if (t.algo == algorithm::log) {
+                    const auto lname = rs::log_key_name(prefix, k, t);
+                    cmds.push_back({"PEXPIRETIME", lname});
+                    need.emplace_back(lname, ks.last_time + t.horizon);
+                    log_entries += static_cast<std::size_t>(r.cost);
+                }
+        }
+        auto replies = pipeline(srv.ctx(), cmds);
+        REQUIRE_EQ(replies.size(), cmds.size());
+        for (std::size_t i = 0; i < replies.size(); ++i) {
+            INFO("key " << need[i].first);
+            REQUIRE(replies[i]->type == REDIS_REPLY_INTEGER);
+            const long long at_ms = replies[i]->integer;
+            REQUIRE(at_ms > 0);  // exists, with a TTL
+            CHECK(at_ms * MS + 2 * MS >= need[i].second);
+            auto& seen = expire_at[need[i].first];
+            REQUIRE(at_ms >= seen);
+            seen = at_ms;
+        }
+        return want;
+    }
+};
+
+// ---------------------------------------------------------------------------------------
+// Random traces
+
+struct policy {
+    std::vector<limit::tier> ip, user;
+};
+
+struct mix {
+    const char* name;
+    std::vector<algorithm> algos;
+    int min_interval_percent;
+};
+
+limit::tier random_tier(std::mt19937_64& rng, algorithm algo, int mi_percent, const std::string& policy_name,
+                        const std::string& kind, std::size_t index) {
+    auto pick = [&](std::int64_t lo, std::int64_t hi) {
+        return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+    };
+    static constexpr std::int64_t pers[] = {7, 10, 20, 30, 50, 100, 250};
+    std::int64_t per = pers[pick(0, std::size(pers) - 1)];
+    std::int64_t limit = pick(1, 8);
+    std::int64_t param = 0;
+    switch (algo) {
+        case algorithm::fixed: break;
+        case algorithm::sliding: {
+            static constexpr std::int64_t precisions[] = {1, 2, 3, 5, 10, 20};
+            param = precisions[pick(0, std::size(precisions) - 1)];
+            per = param * pick(1, 12);
+            break;
+        }
+        case algorithm::gcra: param = pick(1, limit + 3); break;
+        case algorithm::log: limit = pick(1, 12); break;
+    }
+    std::int64_t mi = pick(1, 100) <= mi_percent ? pick(1, per * 2) : 0;
+    std::string suffix(1, '/');  // not "/" + to_string(): GCC 12 -O2 warns falsely (-Wrestrict)
+    suffix += std::to_string(index);
+    return make_tier(algo, limit, per, param, mi, policy_name, kind, suffix);
+}
+
+void run_trace(harness& h, std::mt19937_64& rng, const mix& m, std::size_t count) {
+    auto pick = [&](std::int64_t lo, std::int64_t hi) {
+        return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+    };
+    auto algo = [&] { return m.algos[static_cast<std::size_t>(pick(0, static_cast<std::int64_t>(m.algos.size()) - 1))]; };
+
+    // Two policies; the second may share a tier (same id: same state) with the first.
+    std::vector<policy> policies(2);
+    for (std::size_t p = 0; p < policies.size(); ++p) {
+        const std::string pname = std::string(m.name) + "-p" + std::to_string(p);
+        for (std::int64_t i = 0, n = pick(1, 3); i < n; ++i)
+            policies[p].ip.push_back(random_tier(rng, algo(), m.min_interval_percent, pname, "ip", static_cast<std::size_t>(i)));
+        for (std::int64_t i = 0, n = pick(0, 2); i < n; ++i)
+            policies[p].user.push_back(random_tier(rng, algo(), m.min_interval_percent, pname, "user", static_cast<std::size_t>(i)));
+    }
+    if (pick(0, 1)) policies[1].ip.push_back(policies[0].ip[0]);
+    std::vector<const limit::tier*> all;
+    for (const auto& p : policies) {
+        for (const auto& t : p.ip) all.push_back(&t);
+        for (const auto& t : p.user) all.push_back(&t);
+    }
+    // The largest cost every tier of the policy admits on an empty state.
+    auto max_cost = [](const policy& p) {
+        std::int64_t c = 1'000'000;
+        for (const auto* v : {&p.ip, &p.user})
+            for (const auto& t : *v) c = std::min(c, t.algo == algorithm::gcra ? std::min(t.limit, t.burst) : t.limit);
+        return c;
+    };
+
+    usec t = future_t0() + pick(0, 3) * 7 * MS;
+    usec mean_per = 0;
+    for (const auto* tp : all) mean_per += tp->per;
+    mean_per /= static_cast<usec>(all.size());
+
+    std::vector<limit::store_key> keys;
+    std::int64_t cost = 1;
+    usec now = t;
+    bool retry_pending = false;
+    usec retry_at = 0;
+    for (std::size_t n = 0; n < count; ++n) {
+        const bool repeat = retry_pending && pick(1, 100) <= 40;
+        if (repeat) {
+            // The same request again at exactly now + retry_after (or 1 µs before).
+            now = retry_at - pick(0, 1);
+            t = std::max(t, now);
+        } else {
+            const auto& p = policies[static_cast<std::size_t>(pick(0, 1))];
+            keys.clear();
+            keys.push_back({'i', digest_of(static_cast<unsigned>(pick(0, 2))), p.ip});
+            if (!p.user.empty() && pick(1, 100) <= 70) keys.push_back({'u', digest_of(static_cast<unsigned>(pick(0, 1))), p.user});
+            if (pick(1, 100) <= 15) {
+                const auto other = (keys[0].id[0] == digest_of(0)[0]) ? digest_of(1) : digest_of(0);
+                keys.push_back({'i', other, p.ip});
+            }
+            const std::int64_t mc = max_cost(p);
+            cost = pick(1, 100) <= 60 ? 1 : pick(1, mc);
+            cost = std::min(cost, mc);
+            const auto r = pick(1, 100);
+            if (r <= 15) {
+                // Same timestamp as before.
+            } else if (r <= 35) {
+                // Exactly on an edge of some tier (or 1 µs either side).
+                const auto* tp = all[static_cast<std::size_t>(pick(0, static_cast<std::int64_t>(all.size()) - 1))];
+                const usec unit = tp->algo == algorithm::gcra ? tp->interval
+                                  : tp->algo == algorithm::log ? tp->per
+                                                               : tp->bucket;
+                t = (t / unit + 1) * unit + (pick(0, 2) - 1);
+            } else {
+                t += pick(1, std::max<usec>(2, mean_per / 3));
+            }
+            now = t;
+            if (pick(1, 100) <= 5) now = t - pick(0, mean_per);  // an earlier clock: clamped per key
+        }
+        const limit::check_request req{keys, cost};
+        auto d = h.step(req, now);
+        retry_pending = !d.allowed;
+        retry_at = now + d.retry_after;
+    }
+}
+
+}  // namespace
+
+// =======================================================================================
+// Encoder and parser
+
+TEST_CASE("redis_script: key names carry the cluster hash tag") {
+    limit::store_key ip{'i', {}, {}};
+    for (std::size_t i = 0; i < ip.id.size(); ++i) ip.id[i] = static_cast<std::uint8_t>(i * 17);
+    CHECK(rs::key_name("sluice:", ip) == "sluice:{ip:00112233445566778899aabbccddeeff}");
+    limit::store_key user{'u', ip.id, {}};
+    CHECK(rs::key_name("", user) == "{user:00112233445566778899aabbccddeeff}");
+    auto lt = make_tier(algorithm::log, 5, 1000, 0);
+    CHECK(rs::log_key_name("s:", ip, lt) == "s:{ip:00112233445566778899aabbccddeeff}:log:" + lt.id);
+}
+
+TEST_CASE("redis_script: build_call lays out KEYS and ARGV") {
+    std::vector<limit::tier> ip_tiers{make_tier(algorithm::sliding, 10, 1000, 100, 0, "api"),
+                                      make_tier(algorithm::log, 5, 2000, 0, 300, "api")};
+    std::vector<limit::tier> user_tiers{make_tier(algorithm::gcra, 3, 1000, 2, 0, "api", "user")};
+    limit::digest a{}, b{};
+    a.fill(0xab);
+    b.fill(0x01);
+    std::vector<limit::store_key> keys{{'i', a, ip_tiers}, {'u', b, user_tiers}};
+    limit::check_request r{keys, 2};
+
+    std::string hex_a, hex_b;
+    for (int i = 0; i < 16; ++i) {
+        hex_a += "ab";
+        hex_b += "01";
+    }
+    const std::string ip_hash = "x:{ip:" + hex_a + "}";
+    const std::string user_hash = "x:{user:" + hex_b + "}";
+    const auto& s = ip_tiers[0];
+    const auto& l = ip_tiers[1];
+    const auto& g = user_tiers[0];
+
+    std::vector<std::string> want{
+        "EVALSHA", "deadbeef", "3",
+        ip_hash, ip_hash + ":log:" + l.id, user_hash,
+        "", "2", "2",
+        "2",
+        "s", "10", "1000000", "100000", "10", "0", "0", "0", "0", "1000000", s.id,
+        "l", "5", "2000000", "0", "1", "0", "0", "0", "300000", "2000000", l.id,
+        "1",
+        "g", "3", "1000000", "0", "1", "2", "333334", "666668", "0", "1000000", g.id,
+    };
+
+    SUBCASE("production: the time argument is empty, the script reads TIME") {
+        std::vector<std::string> argv;
+        rs::build_call(argv, "deadbeef", "x:", r);
+        CHECK(argv == want);
+        CHECK(argv[3 + 3] == "");  // ARGV[1] follows the 3 keys
+    }
+    SUBCASE("tests: the override is ARGV[1]") {
+        std::vector<std::string> argv;
+        rs::build_call(argv, "deadbeef", "x:", r, usec{1'700'000'000'123'456});
+        want[6] = "1700000000123456";
+        CHECK(argv == want);
+    }
+    SUBCASE("appends to what is there") {
+        std::vector<std::string> argv{"keep"};
+        rs::build_call(argv, "deadbeef", "x:", r);
+        REQUIRE(argv.size() == want.size() + 1);
+        CHECK(argv[0] == "keep");
+        CHECK(argv[1] == "EVALSHA");
+    }
+}
+
+namespace {
+// A hand-made reply tree.
+struct fake_reply {
+    std::vector<redisReply> nodes;
+    std::vector<redisReply*> ptrs;
+    redisReply root{};
+    std::string text;
+
+    static fake_reply array(const std::vector<long long>& ints) {
+        fake_reply f;
+        f.nodes.resize(ints.size());
+        for (std::size_t i = 0; i < ints.size(); ++i) {
+            f.nodes[i] = redisReply{};
+            f.nodes[i].type = REDIS_REPLY_INTEGER;
+            f.nodes[i].integer = ints[i];
+        }
+        for (auto& n : f.nodes) f.ptrs.push_back(&n);
+        f.root.type = REDIS_REPLY_ARRAY;
+        f.root.elements = f.ptrs.size();
+        f.root.element = f.ptrs.data();
+        return f;
+    }
+    static fake_reply of(int type, std::string s) {
+        fake_reply f;
+        f.text = std::move(s);
+        f.root.type = type;
+        f.root.str = f.text.data();
+        f.root.len = f.text.size();
+        return f;
+    }
+    fake_reply() = default;
+    fake_reply(fake_reply&& o) noexcept
+        : nodes(std::move(o.nodes)), root(o.root), text(std::move(o.text)) {
+        for (auto& n : nodes) ptrs.push_back(&n);
+        root.element = ptrs.empty() ? nullptr : ptrs.data();
+        if (root.str) root.str = text.data();
+    }
+};
+}  // namespace
+
+TEST_CASE("redis_script: parse_reply") {
+    std::vector<limit::tier> ip_tiers{make_tier(algorithm::fixed, 10, 1000, 0), make_tier(algorithm::log, 5, 1000, 0)};
+    std::vector<limit::tier> user_tiers{make_tier(algorithm::gcra, 3, 1000, 3, 0, "p", "user")};
+    std::vector<limit::store_key> keys{{'i', digest_of(1), ip_tiers}, {'u', digest_of(2), user_tiers}};
+    limit::check_request r{keys, 1};
+    using status = limit::check_result::status;
+
+    SUBCASE("a decision") {
+        auto f = fake_reply::array({0, 250'000, 9, 1'000'000, 1, -1, 400, 0, 2, 333'334, 1});
+        auto res = rs::parse_reply(&f.root, r);
+        REQUIRE(res.state == status::ok);
+        CHECK_FALSE(res.verdict.allowed);
+        CHECK(res.verdict.retry_after == 250'000);
+        REQUIRE(res.verdict.tiers.size() == 3);
+        CHECK(res.verdict.tiers[0].t == &ip_tiers[0]);
+        CHECK(res.verdict.tiers[0].key_index == 0);
+        CHECK(res.verdict.tiers[0].remaining == 9);
+        CHECK(res.verdict.tiers[0].reset == 1'000'000);
+        CHECK(res.verdict.tiers[0].admitted);
+        CHECK(res.verdict.tiers[1].t == &ip_tiers[1]);
+        CHECK(res.verdict.tiers[1].remaining == -1);
+        CHECK_FALSE(res.verdict.tiers[1].admitted);
+        CHECK(res.verdict.tiers[2].t == &user_tiers[0]);
+        CHECK(res.verdict.tiers[2].key_index == 1);
+        CHECK(res.verdict.tiers[2].reset == 333'334);
+    }
+    SUBCASE("an error reply") {
+        auto f = fake_reply::of(REDIS_REPLY_ERROR, "ERR something broke");
+        auto res = rs::parse_reply(&f.root, r);
+        CHECK(res.state == status::error);
+        CHECK(res.error == "ERR something broke");
+        CHECK_FALSE(rs::is_noscript(&f.root));
+    }
+    SUBCASE("NOSCRIPT") {
+        auto f = fake_reply::of(REDIS_REPLY_ERROR, "NOSCRIPT No matching script. Please use EVAL.");
+        CHECK(rs::is_noscript(&f.root));
+        CHECK(rs::parse_reply(&f.root, r).state == status::error);
+        auto s = fake_reply::of(REDIS_REPLY_STRING, "NOSCRIPT");
+        CHECK_FALSE(rs::is_noscript(&s.root));
+        CHECK_FALSE(rs::is_noscript(nullptr));
+    }
+    SUBCASE("malformed replies") {
+        CHECK(rs::parse_reply(nullptr, r).state == status::error);
+        auto s = fake_reply::of(REDIS_REPLY_STRING, "OK");
+        CHECK(rs::parse_reply(&s.root, r).state == status::error);
+        auto short_ = fake_reply::array({1, 0, 9, 0, 1});
+        CHECK(rs::parse_reply(&short_.root, r).state == status::error);
+        auto bad_flag = fake_reply::array({2, 0, 9, 0, 1, 4, 0, 1, 2, 0, 1});
+        CHECK(rs::parse_reply(&bad_flag.root, r).state == status::error);
+        auto bad_tier_flag = fake_reply::array({1, 0, 9, 0, 1, 4, 0, 7, 2, 0, 1});
+        CHECK(rs::parse_reply(&bad_tier_flag.root, r).state == status::error);
+        auto not_int = fake_reply::array({1, 0, 9, 0, 1, 4, 0, 1, 2, 0, 1});
+        not_int.nodes[3].type = REDIS_REPLY_STRING;
+        CHECK(rs::parse_reply(&not_int.root, r).state == status::error);
+    }
+}
+
+// =======================================================================================
+// Against a real redis-server
+
+TEST_CASE("redis_script: the script matches decide() on random traces") {
+    redis_server srv;
+    const auto seed = test_seed();
+    std::printf("test_redis_script: seed %llu (SLUICE_TEST_SEED to repeat)\n", static_cast<unsigned long long>(seed));
+    std::fflush(stdout);
+    INFO("seed " << seed);
+    std::mt19937_64 rng(seed);
+    harness h{srv, load_script(srv)};
+
+    const std::vector<mix> mixes{
+        {"fixed", {algorithm::fixed}, 20},
+        {"sliding", {algorithm::sliding}, 20},
+        {"gcra", {algorithm::gcra}, 20},
+        {"log", {algorithm::log}, 20},
+        {"all", {algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log}, 35},
+        {"min-interval", {algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log}, 100},
+    };
+    for (const auto& m : mixes) {
+        INFO("mix " << std::string(m.name));
+        // Several short traces per mix: each with its own random tiers, fresh state.
+        for (int trace = 0; trace < 8; ++trace) {
+            REQUIRE(str(srv.cmd({"FLUSHALL"}).get()) == "OK");
+            h.states.clear();
+            h.expire_at.clear();
+            run_trace(h, rng, m, 250);
+        }
+    }
+    std::printf("test_redis_script: %zu requests, %zu denials, %zu log entries\n", h.requests, h.denials, h.log_entries);
+    CHECK(h.denials > h.requests / 10);
+    CHECK(h.denials < h.requests * 9 / 10);
+}
+
+TEST_CASE("redis_script: the clock never goes back before the key's last time") {
+    redis_server srv;
+    harness h{srv, load_script(srv)};
+    const usec t0 = future_t0();
+    std::vector<limit::tier> tiers{make_tier(algorithm::fixed, 2, 1000, 0)};
+    std::vector<limit::store_key> keys{{'i', digest_of(7), tiers}};
+    limit::check_request r{keys, 1};
+    const auto hash = rs::key_name(h.prefix, keys[0]);
+
+    auto d = h.step(r, t0 + 999 * MS);
+    CHECK(d.allowed);
+    CHECK(d.tiers[0].remaining == 1);
+    CHECK(d.tiers[0].reset == 1 * MS);
+    // 900 ms earlier: decided at t0 + 999 ms, still in the first bucket.
+    d = h.step(r, t0 + 99 * MS);
+    CHECK(d.allowed);
+    CHECK(d.tiers[0].remaining == 0);
+    CHECK(d.tiers[0].reset == 901 * MS);  // from the caller's clock
+    CHECK(str(srv.cmd({"HGET", hash, "@t"}).get()) == std::to_string(t0 + 999 * MS));
+    // Decided at t0 + 999 ms; retry_after counts from the caller's clock.
+    d = h.step(r, t0 + 500 * MS);
+    CHECK_FALSE(d.allowed);
+    CHECK(d.retry_after == 500 * MS);
+    CHECK(d.tiers[0].reset == 500 * MS);
+
+    // In production the script reads TIME, a day behind the key's last time: clamped too.
+    auto got = h.script(r, std::nullopt);
+    REQUIRE(got.state == limit::check_result::status::ok);
+    CHECK_FALSE(got.verdict.allowed);
+    CHECK(got.verdict.retry_after > 20 * HOUR);
+    CHECK(got.verdict.retry_after <= 25 * HOUR);
+    CHECK(got.verdict.tiers[0].reset == got.verdict.retry_after);
+
+    // At t0 + 1 s the next bucket opens.
+    d = h.step(r, t0 + 1000 * MS);
+    CHECK(d.allowed);
+    // The TTL covers the distance from the clock to the key's time (a day) plus the window.
+    auto pttl = srv.cmd({"PTTL", hash});
+    REQUIRE(pttl->type == REDIS_REPLY_INTEGER);
+    CHECK(pttl->integer > 1000 * 3600);
+}
+
+TEST_CASE("redis_script: production clock, denials write nothing, TTLs only grow") {
+    redis_server srv;
+    harness h{srv, load_script(srv)};
+    std::vector<limit::tier> tiers{make_tier(algorithm::sliding, 3, 60'000, 6'000), make_tier(algorithm::log, 3, 30'000, 0)};
+    std::vector<limit::tier> short_tiers{make_tier(algorithm::fixed, 100, 1'000, 0, 0, "q")};
+    std::vector<limit::store_key> keys{{'i', digest_of(3), tiers}};
+    std::vector<limit::store_key> short_keys{{'i', digest_of(3), short_tiers}};
+    limit::check_request r{keys, 1};
+    limit::check_request short_r{short_keys, 1};
+    const auto hash = rs::key_name(h.prefix, keys[0]);
+    const auto zset = rs::log_key_name(h.prefix, keys[0], tiers[1]);
+
+    for (int i = 0; i < 3; ++i) {
+        auto got = h.script(r, std::nullopt);
+        REQUIRE(got.state == limit::check_result::status::ok);
+        CHECK(got.verdict.allowed);
+        CHECK(got.verdict.tiers[0].remaining == 2 - i);
+        CHECK(got.verdict.tiers[0].reset > 0);
+        CHECK(got.verdict.tiers[0].reset <= 60 * SEC);
+        CHECK(got.verdict.tiers[1].remaining == 2 - i);
+    }
+    auto pttl = srv.cmd({"PTTL", hash})->integer;
+    CHECK(pttl > 55'000);
+    CHECK(pttl <= 60'000);
+    CHECK(srv.cmd({"PTTL", zset})->integer > 25'000);
+    CHECK(srv.cmd({"ZCARD", zset})->integer == 3);
+
+    const std::string before = h.snapshot(r);
+    auto got = h.script(r, std::nullopt);
+    REQUIRE(got.state == limit::check_result::status::ok);
+    CHECK_FALSE(got.verdict.allowed);
+    CHECK(got.verdict.retry_after > 0);
+    CHECK(h.snapshot(r) == before);
+
+    // A tier with a shorter horizon on the same key does not shorten its TTL.
+    const auto exp_before = srv.cmd({"PEXPIRETIME", hash})->integer;
+    got = h.script(short_r, std::nullopt);
+    REQUIRE(got.state == limit::check_result::status::ok);
+    CHECK(got.verdict.allowed);
+    CHECK(srv.cmd({"PEXPIRETIME", hash})->integer == exp_before);
+    CHECK(srv.cmd({"HLEN", hash})->integer == 4);  // @t and three tiers
+}
+
+TEST_CASE("redis_script: NOSCRIPT after SCRIPT FLUSH, then reload") {
+    redis_server srv;
+    const auto sha = load_script(srv);
+    std::vector<limit::tier> tiers{make_tier(algorithm::gcra, 5, 1000, 5)};
+    std::vector<limit::store_key> keys{{'u', digest_of(9), tiers}};
+    limit::check_request r{keys, 1};
+    std::vector<std::string> argv;
+    rs::build_call(argv, sha, "n:", r);
+
+    auto ok = srv.cmd(argv);
+    CHECK_FALSE(rs::is_noscript(ok.get()));
+    CHECK(rs::parse_reply(ok.get(), r).state == limit::check_result::status::ok);
+
+    REQUIRE(str(srv.cmd({"SCRIPT", "FLUSH"}).get()) == "OK");
+    auto gone = srv.cmd(argv);
+    CHECK(rs::is_noscript(gone.get()));
+    CHECK(rs::parse_reply(gone.get(), r).state == limit::check_result::status::error);
+
+    CHECK(load_script(srv) == sha);
+    auto again = srv.cmd(argv);
+    auto res = rs::parse_reply(again.get(), r);
+    REQUIRE(res.state == limit::check_result::status::ok);
+    CHECK(res.verdict.allowed);
+    CHECK(res.verdict.tiers[0].remaining == 3);
+}
+
+TEST_CASE("redis_script: bad arguments are an error reply, not a crash") {
+    redis_server srv;
+    const auto sha = load_script(srv);
+    std::vector<limit::tier> tiers{make_tier(algorithm::log, 5, 1000, 0)};
+    std::vector<limit::store_key> keys{{'i', digest_of(1), tiers}};
+    limit::check_request r{keys, 1};
+    std::vector<std::string> argv;
+    rs::build_call(argv, sha, "b:", r);
+    argv.pop_back();  // drop the tier id
+    auto res = rs::parse_reply(srv.cmd(argv).get(), r);
+    CHECK(res.state == limit::check_result::status::error);
+    CHECK(res.error.find("sluice") != std::string::npos);
+}
