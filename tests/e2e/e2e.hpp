@@ -94,3 +94,18 @@ inline long peak_rss_kib(pid_t pid) {
 }
 
 }  // namespace sluice::test
+
+namespace sluice::test {
+
+// A loopback port nothing listens on now (bound, then released).
+std::uint16_t unused_port();
+
+// A real redis-server for the test on 127.0.0.1:port, without persistence.
+struct redis_server {
+    explicit redis_server(std::uint16_t p);
+    std::uint16_t port;
+    std::unique_ptr<process> proc;
+    void stop();  // SIGTERM and wait
+};
+
+}  // namespace sluice::test

@@ -1,0 +1,152 @@
+// A fleet of real gateways sharing one real redis-server.
+#include "e2e.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <thread>
+
+using namespace sluice::test;
+using namespace std::chrono;
+
+namespace {
+
+// A generous store timeout: on a loaded test machine a slow answer must not pass for an outage.
+std::string redis_yaml(std::uint16_t redis_port, const std::string& on_error, const std::string& tiers) {
+    return "store:\n  type: redis\n  on_error: " + on_error + "\n  redis: { nodes: [\"127.0.0.1:" +
+           std::to_string(redis_port) + "\"], timeout: 2s }\npolicies:\n  fleet:\n    ip: [ " + tiers +
+           " ]\nroutes:\n  - { match: { path_prefix: / }, policy: fleet }\n";
+}
+
+struct fleet {
+    fleet(std::size_t n, std::uint16_t redis_port, const std::string& on_error, const std::string& tiers) {
+        up = start_upstream();
+        for (std::size_t i = 0; i < n; ++i)
+            gateways.push_back(start_gateway(gateway_yaml(up->port, {}, redis_yaml(redis_port, on_error, tiers)), {},
+                                             {{"SLUICE_HASH_SECRET", "fleet-secret"}}));
+        for (auto& g : gateways)
+            REQUIRE(eventually([&] { return fetch(g->admin_port, "GET", "/readyz").status == 200; }));
+    }
+    std::unique_ptr<upstream_server> up;
+    std::vector<std::unique_ptr<gateway>> gateways;
+};
+
+std::int64_t unix_ms() { return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count(); }
+
+// Blocks until the wall clock is `offset_ms` into a window of `window_ms` (aligned to Unix time).
+void align_to(std::int64_t window_ms, std::int64_t offset_ms) {
+    eventually([&] { return unix_ms() % window_ms >= offset_ms && unix_ms() % window_ms < offset_ms + 50; },
+               milliseconds(window_ms + 100));
+}
+
+}  // namespace
+
+TEST_CASE("fleet: three gateways on one Redis admit exactly the limit in every window") {
+    redis_server redis(unused_port());
+    constexpr int limit = 30;
+    constexpr std::int64_t window_ms = 2000;
+    fleet f(3, redis.port, "deny", "{limit: 30, per: 2s, algorithm: fixed}");  // deny: an error is never an admission
+
+    // Clients hammer one identifier (127.0.0.1) through every gateway, only in the middle
+    // of each window (Redis' clock is this machine's), so the window of each admission is
+    // known from when it was sent.
+    std::mutex mu;
+    std::map<std::int64_t, int> admitted, sent;
+    std::atomic<int> errors{0};
+    for (int round = 0; round < 2; ++round) {
+        align_to(window_ms, 300);
+        const std::int64_t window = unix_ms() / window_ms;
+        const std::int64_t stop_at = window * window_ms + 1500;
+        std::vector<std::thread> clients;
+        for (int c = 0; c < 12; ++c)
+            clients.emplace_back([&, c] {
+                try {
+                    connection conn("127.0.0.1", f.gateways[c % 3]->port);
+                    for (int i = 0; i < 400 && unix_ms() < stop_at; ++i) {
+                        conn.send(make_request("GET", "/fleet"));
+                        auto r = conn.read_response();
+                        std::lock_guard lock(mu);
+                        ++sent[window];
+                        if (r.status == 200) ++admitted[window];
+                        else if (r.status != 429) ++errors;
+                    }
+                } catch (const std::exception&) {
+                    ++errors;
+                }
+            });
+        for (auto& t : clients) t.join();
+    }
+    CHECK(errors == 0);
+    REQUIRE(admitted.size() == 2);
+    for (auto [window, n] : admitted) {
+        CAPTURE(window);
+        CHECK(sent[window] > limit);  // demand exceeded the limit
+        CHECK(n == limit);            // never one more, never one less
+    }
+    // The pipelining factor is visible: commands per socket write.
+    auto m = fetch(f.gateways[0]->admin_port, "GET", "/metrics").body;
+    CHECK(metric_value(m, "sluice_redis_commands_total") > 0);
+    CHECK(metric_value(m, "sluice_redis_writes_total") > 0);
+}
+
+TEST_CASE("fleet: Redis down and back, with on_error allow") {
+    redis_server redis(unused_port());
+    const auto port = redis.port;
+    fleet f(2, port, "allow", "{limit: 1000, per: 1h, precision: 6m}");
+    CHECK(fetch(f.gateways[0]->port, "GET", "/").has_header("RateLimit"));
+
+    redis.stop();
+    for (auto& g : f.gateways)
+        REQUIRE(eventually([&] { return fetch(g->admin_port, "GET", "/readyz").status == 503; }));
+    for (int i = 0; i < 20; ++i) {
+        const auto start = steady_clock::now();
+        auto r = fetch(f.gateways[i % 2]->port, "GET", "/gap");
+        CHECK(r.status == 200);              // fails open
+        CHECK_FALSE(r.has_header("RateLimit"));
+        // While disconnected a check fails at once: no request waits for the 2 s store timeout.
+        CHECK(steady_clock::now() - start < milliseconds(1000));
+    }
+    auto m = fetch(f.gateways[0]->admin_port, "GET", "/metrics").body;
+    CHECK(metric_value(m, "sluice_store_errors_total") >= 10);
+
+    redis_server again(port);
+    const auto back = steady_clock::now();
+    for (auto& g : f.gateways)
+        REQUIRE(eventually([&] { return fetch(g->admin_port, "GET", "/readyz").status == 200; }, seconds(5)));
+    MESSAGE("gateways ready again after ", duration_cast<milliseconds>(steady_clock::now() - back).count(), " ms");
+    CHECK(steady_clock::now() - back < seconds(3));
+    for (auto& g : f.gateways) {
+        auto r = fetch(g->port, "GET", "/after");
+        CHECK(r.status == 200);
+        CHECK(r.has_header("RateLimit"));  // limited again: the script was loaded into the new Redis
+    }
+}
+
+TEST_CASE("fleet: Redis down with on_error deny answers 503") {
+    redis_server redis(unused_port());
+    fleet f(2, redis.port, "deny", "{limit: 1000, per: 1h, precision: 6m}");
+    CHECK(fetch(f.gateways[1]->port, "GET", "/").status == 200);
+    redis.stop();
+    for (auto& g : f.gateways)
+        REQUIRE(eventually([&] { return fetch(g->admin_port, "GET", "/readyz").status == 503; }));
+    for (int i = 0; i < 10; ++i) {
+        auto r = fetch(f.gateways[i % 2]->port, "GET", "/gap");
+        CHECK(r.status == 503);
+        CHECK(json_of(r).at("error").as_string() == "store_unavailable");
+    }
+}
+
+TEST_CASE("fleet: the local deny cache answers 429 without a round trip") {
+    redis_server redis(unused_port());
+    fleet f(1, redis.port, "allow", "{limit: 2, per: 1h, precision: 6m}");
+    connection c("127.0.0.1", f.gateways[0]->port);
+    std::vector<int> statuses;
+    for (int i = 0; i < 6; ++i) {
+        c.send(make_request("GET", "/"));
+        statuses.push_back(c.read_response().status);
+    }
+    CHECK(statuses == std::vector<int>{200, 200, 429, 429, 429, 429});
+    auto m = fetch(f.gateways[0]->admin_port, "GET", "/metrics").body;
+    CHECK(metric_value(m, "sluice_redis_deny_cache_hits_total") >= 3);
+}
