@@ -32,8 +32,15 @@ int main(int argc, char** argv) {
         return 2;
     }
     if (vm.count("help")) {
-        std::cout << opts
-                  << "\nExit codes: 0 ok, 1 invalid configuration or start-up failure, 2 bad command line.\n";
+        std::cout << "sluice " << SLUICE_VERSION << ": a rate-limiting HTTP reverse proxy\n\n"
+                  << opts
+                  << "\nExamples:\n"
+                     "  sluice --config conf/sluice.yaml            run\n"
+                     "  sluice --config conf/sluice.yaml --check    validate, e.g. before a reload\n\n"
+                     "Signals: SIGTERM/SIGINT stop accepting, finish in-flight requests (up to\n"
+                     "server.drain_timeout) and exit; SIGHUP re-reads the config file (as does\n"
+                     "POST /reload on the admin listener).\n\n"
+                     "Exit codes: 0 ok, 1 invalid configuration or start-up failure, 2 bad command line.\n";
         return 0;
     }
     if (vm.count("version")) {

@@ -7,8 +7,25 @@
 #include <spdlog/sinks/stdout_sinks.h>
 
 #include <chrono>
+#include <ctime>
 
 namespace sluice::http {
+
+namespace {
+
+// "2026-11-22T17:55:41.228Z"
+std::string iso_time(std::chrono::system_clock::time_point t) {
+    using namespace std::chrono;
+    const auto ms = duration_cast<milliseconds>(t.time_since_epoch()).count();
+    const std::time_t secs = static_cast<std::time_t>(ms / 1000);
+    std::tm tm{};
+    gmtime_r(&secs, &tm);
+    char buf[32];
+    const auto n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    return std::string(buf, n) + "." + std::to_string(1000 + ms % 1000).substr(1) + "Z";
+}
+
+}  // namespace
 
 std::vector<std::unique_ptr<access_log>> access_log::open(const std::string& path, std::size_t workers) {
     std::vector<std::unique_ptr<access_log>> out;
@@ -38,7 +55,7 @@ access_log::~access_log() {
 void access_log::write(const access_record& r) {
     using namespace std::chrono;
     boost::json::object o;
-    o["time"] = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count() / 1e3;
+    o["time"] = iso_time(system_clock::now());
     o["peer"] = r.peer;
     o["method"] = r.method;
     o["path"] = r.path;
@@ -50,8 +67,8 @@ void access_log::write(const access_record& r) {
     o["status"] = r.status;
     o["bytes_in"] = r.bytes_in;
     o["bytes_out"] = r.bytes_out;
-    if (r.upstream_ms >= 0) o["upstream_ms"] = r.upstream_ms;
-    o["total_ms"] = r.total_ms;
+    if (r.upstream_us >= 0) o["upstream_us"] = r.upstream_us;
+    o["total_us"] = r.total_us;
     line_ = boost::json::serialize(o);
     logger_->info(line_);
 }

@@ -27,8 +27,8 @@ struct access_record {
     std::string id;            // hex of the keyed hash, "" when none
     unsigned status = 0;
     std::uint64_t bytes_in = 0, bytes_out = 0;  // body bytes from and to the client
-    double upstream_ms = -1;                    // -1: the upstream was not asked
-    double total_ms = 0;
+    std::int64_t upstream_us = -1;              // request sent to response head; -1: not asked
+    std::int64_t total_us = 0;                  // first byte of the request to the response
 };
 
 class access_log {

@@ -563,8 +563,8 @@ void session::finish(unsigned status) {
     r.status = status;
     r.bytes_in = req_sink_.bytes;
     r.bytes_out = resp_sink_.bytes;
-    r.upstream_ms = upstream_ms_;
-    r.total_ms = seconds * 1e3;
+    r.upstream_us = upstream_ms_ < 0 ? -1 : static_cast<std::int64_t>(upstream_ms_ * 1e3);
+    r.total_us = static_cast<std::int64_t>(seconds * 1e6);
     w_.access->write(r);
 }
 

@@ -141,13 +141,15 @@ TEST_CASE("access log: one JSON line per request, identifiers hashed") {
     CHECK(allowed.at("id_kind").as_string() == "user");
     CHECK(std::regex_match(std::string(allowed.at("id").as_string()), std::regex("[0-9a-f]{32}")));
     CHECK(allowed.at("bytes_out").to_number<int>() > 0);
-    CHECK(allowed.at("upstream_ms").to_number<double>() >= 0);
-    CHECK(allowed.at("total_ms").to_number<double>() >= allowed.at("upstream_ms").to_number<double>());
+    CHECK(allowed.at("upstream_us").to_number<std::int64_t>() >= 0);
+    CHECK(allowed.at("total_us").to_number<std::int64_t>() >= allowed.at("upstream_us").to_number<std::int64_t>());
+    CHECK(std::regex_match(std::string(allowed.at("time").as_string()),
+                           std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)")));
     const auto& limited = lines[1];
     CHECK(limited.at("decision").as_string() == "limited");
     CHECK(limited.at("status").to_number<int>() == 429);
     CHECK(limited.at("id") == allowed.at("id"));
-    CHECK_FALSE(limited.contains("upstream_ms"));
+    CHECK_FALSE(limited.contains("upstream_us"));
     CHECK(lines[2].at("route").as_string() == "unmatched");
     CHECK(lines[2].at("decision").as_string() == "none");
 
