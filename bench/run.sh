@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# Sluice comparative benchmark: Sluice vs nginx vs HAProxy, each with ONE worker
-# thread, in front of the same nginx upstream, driven in turn by wrk over loopback.
+# Sluice comparative benchmark: Sluice vs nginx vs HAProxy as plain proxies, and Sluice vs
+# nginx limit_req with a limit that never rejects and one that rejects nearly everything;
+# each with ONE worker thread, in front of the same nginx upstream, driven in turn by wrk
+# over loopback.
 #
 # Usage: bench/run.sh            (as root on Debian 12; see bench/README.md)
-#   env: CONTENDERS="sluice nginx haproxy"  ROUNDS=3  DURATION=10s  WARMUP=2s
-#        CONNECTIONS=64  THREADS=2  ORDER=fixed|rotate  PIN=0|1
-#        SLUICE_BIN=build/sluice  RATIOS="sluice:nginx sluice:haproxy"
+#   env: CONTENDERS="sluice nginx haproxy sluice-limit-pass nginx-limit-pass
+#                    sluice-limit-reject nginx-limit-reject"
+#        ROUNDS=3  DURATION=5s  WARMUP=2s  CONNECTIONS=64  THREADS=2
+#        ORDER=fixed|rotate  PIN=0|1  SLUICE_BIN=build/sluice  LIMIT_HEADERS=ietf
+#        RATIOS="sluice:nginx sluice:haproxy sluice-limit-pass:nginx-limit-pass ..."
 #        WRK_TIMEOUT=2s  READY_TIMEOUT=10  KEEP_TMP=0
 #
 # Adding a contender: write a function `start_contender_<name>` (dashes in the
 # name become underscores) that starts the server as a child of this script,
 # writes its config under "$WORK", waits until it is ready, and calls
-#   add_contender NAME PID PORT [PATH]
+#   add_contender NAME PID PORT [PATH [EXPECT]]
+# (EXPECT: "200", the default: every response must be 200 with the upstream body;
+# "200,429": a rate-limited contender whose 429s are expected, not errors)
 # then put NAME in CONTENDERS (or DEFAULT_CONTENDERS). CPU is measured over PID
 # and its direct children (covers nginx master + workers). Everything else
 # (proxy check, warm-up, rounds, CPU, medians, table, ratios) is generic.
@@ -22,17 +28,19 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 cd "$REPO_ROOT" || exit 1
 
-DEFAULT_CONTENDERS="sluice nginx haproxy"
+DEFAULT_CONTENDERS="sluice nginx haproxy sluice-limit-pass nginx-limit-pass sluice-limit-reject nginx-limit-reject"
 CONTENDERS=${CONTENDERS:-$DEFAULT_CONTENDERS}
 ROUNDS=${ROUNDS:-3}
-DURATION=${DURATION:-10s}
+DURATION=${DURATION:-5s}
 WARMUP=${WARMUP:-2s}            # per contender, before round 1; 0 disables
 CONNECTIONS=${CONNECTIONS:-64}
 THREADS=${THREADS:-2}
 ORDER=${ORDER:-fixed}           # fixed: same order every round; rotate: shift by one per round
 PIN=${PIN:-0}                   # 1: proxy on CPU 0, upstream + wrk on the other CPUs
 SLUICE_BIN=${SLUICE_BIN:-build/sluice}
-RATIOS=${RATIOS:-"sluice:nginx sluice:haproxy"}
+RATIOS=${RATIOS:-"sluice:nginx sluice:haproxy sluice-limit-pass:nginx-limit-pass sluice-limit-reject:nginx-limit-reject sluice-limit-pass:sluice nginx-limit-pass:nginx"}
+LIMIT_HEADERS=${LIMIT_HEADERS:-ietf}  # Sluice limit contenders: response.headers (ietf|legacy|both|none)
+HASH_SECRET=bench-only-hash-secret    # SLUICE_HASH_SECRET for every Sluice (keyed hashing, as in production)
 WRK_TIMEOUT=${WRK_TIMEOUT:-2s}
 READY_TIMEOUT=${READY_TIMEOUT:-10}   # seconds to wait for a server to come up
 KEEP_TMP=${KEEP_TMP:-0}
@@ -146,6 +154,29 @@ except Exception as e:
 EOF
 }
 
+http_burst() {  # http_burst URL N -> up to N GETs on one keep-alive connection, stopping at the
+  # first 429: prints "COUNT_200 COUNT_429 COUNT_OTHER<TAB>FIRST_200_BODY<TAB>OTHER_STATUSES"
+  python3 - "$1" "$2" <<'EOF'
+import sys, http.client, urllib.parse
+u = urllib.parse.urlsplit(sys.argv[1]); n = int(sys.argv[2])
+ok = lim = other = 0; body200 = ""; others = []
+try:
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=5)
+    for _ in range(n):
+        c.request("GET", u.path or "/")
+        r = c.getresponse(); b = r.read().decode(errors="replace").strip()
+        if r.status == 200:
+            ok += 1; body200 = body200 or b
+        elif r.status == 429:
+            lim += 1; break
+        else:
+            other += 1; others.append(str(r.status))
+except Exception as e:
+    other += 1; others.append(repr(e))
+print(f"{ok} {lim} {other}\t{body200}\t{' '.join(others[:5])}")
+EOF
+}
+
 pin_prefix() {  # pin_prefix proxy|other -> sets PIN_CMD (taskset prefix, or empty unless PIN=1)
   PIN_CMD=()
   if [ "$PIN" = 1 ] && command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
@@ -168,11 +199,11 @@ cpu_ticks() {
 
 # ---------------------------------------------------------------- contenders registry
 CONTENDER_LIST=()        # names, in registration order
-declare -A C_PID C_PORT C_PATH
+declare -A C_PID C_PORT C_PATH C_EXPECT
 
-add_contender() {  # add_contender NAME PID PORT [PATH]
+add_contender() {  # add_contender NAME PID PORT [PATH [EXPECT]]   EXPECT: 200 (default) or 200,429
   CONTENDER_LIST+=("$1")
-  C_PID[$1]=$2; C_PORT[$1]=$3; C_PATH[$1]=${4:-/}
+  C_PID[$1]=$2; C_PORT[$1]=$3; C_PATH[$1]=${4:-/}; C_EXPECT[$1]=${5:-200}
 }
 
 start_bg() {  # start_bg NAME ROLE -- cmd...   (stdout/stderr -> $WORK/NAME.{out,err}.log); sets BG_PID
@@ -229,32 +260,67 @@ EOF
   wait_port "$UP_PORT" "$UP_PID" upstream
 }
 
-start_contender_sluice() {
-  local port=$1 admin_port=$2 bin=$SLUICE_BIN conf="$WORK/sluice.yaml"
-  if [ ! -x "$bin" ]; then
-    log "$bin not found: building Sluice (Release)"
-    { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF &&
-      cmake --build build -j2 --target sluice; } >&2 || die "building sluice failed"
-    bin=build/sluice
-    [ -x "$bin" ] || die "build finished but $bin is missing"
-  fi
+ensure_sluice() {  # builds Sluice if SLUICE_BIN is missing
+  [ -x "$SLUICE_BIN" ] && return 0
+  log "$SLUICE_BIN not found: building Sluice (Release)"
+  { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF &&
+    cmake --build build -j2 --target sluice; } >&2 || die "building sluice failed"
+  SLUICE_BIN=build/sluice
+  [ -x "$SLUICE_BIN" ] || die "build finished but $SLUICE_BIN is missing"
+}
+
+start_sluice() {  # start_sluice NAME PORT ADMIN_PORT EXPECT [EXTRA_YAML]
+  local name=$1 port=$2 admin_port=$3 expect=$4 extra=${5:-} conf="$WORK/$1.yaml"
+  ensure_sluice
+  # access log off (the nginx and HAProxy contenders log nothing either); no routes = no limit
   cat >"$conf" <<EOF
 server: { listen: "127.0.0.1:$port", threads: 1, max_connections: 10000 }
 admin:  { listen: "127.0.0.1:$admin_port" }
 upstream: { url: "http://127.0.0.1:$UP_PORT", max_idle_per_worker: 256 }
-log: { level: warn }
+log: { level: warn, access: { path: off } }
+$extra
 EOF
-  start_bg sluice proxy -- "$bin" --config "$conf"
-  wait_log_line "$WORK/sluice.err.log" "proxy listening on 127.0.0.1:$port" "$BG_PID" sluice
-  add_contender sluice "$BG_PID" "$port"
+  "$SLUICE_BIN" --check --config "$conf" >/dev/null || die "$name: sluice config check failed ($conf)"
+  SLUICE_HASH_SECRET=$HASH_SECRET start_bg "$name" proxy -- "$SLUICE_BIN" --config "$conf"
+  wait_log_line "$WORK/$name.err.log" "proxy listening on 127.0.0.1:$port" "$BG_PID" "$name"
+  add_contender "$name" "$BG_PID" "$port" / "$expect"
 }
 
-start_contender_nginx() {
-  local port=$1 conf="$WORK/nginx.conf"
+start_contender_sluice() { start_sluice sluice "$1" "$2" 200; }
+
+# One client (127.0.0.1), so one identifier: a limit far above any rate wrk reaches,
+# checked on every request (a fixed and a sliding tier, in one store call).
+start_contender_sluice_limit_pass() {
+  start_sluice sluice-limit-pass "$1" "$2" 200 "store: { type: memory, memory: { max_keys: 100000 } }
+response: { headers: $LIMIT_HEADERS }
+policies:
+  pass:
+    ip:
+      - {limit: 1000000000, per: 1s, algorithm: fixed}
+      - {limit: 1000000000, per: 1m, algorithm: sliding}
+routes:
+  - {match: {path_prefix: /}, policy: pass}"
+}
+
+# 100 requests per second admitted, everything else answered 429 by Sluice itself.
+start_contender_sluice_limit_reject() {
+  start_sluice sluice-limit-reject "$1" "$2" 200,429 "store: { type: memory, memory: { max_keys: 100000 } }
+response: { headers: $LIMIT_HEADERS }
+policies:
+  reject:
+    ip:
+      - {limit: 100, per: 1s, algorithm: sliding}
+routes:
+  - {match: {path_prefix: /}, policy: reject}"
+}
+
+start_nginx_proxy() {  # start_nginx_proxy NAME PORT EXPECT [HTTP_EXTRA [LOCATION_EXTRA]]
+  local name=$1 port=$2 expect=$3 http_extra=${4:-} location_extra=${5:-} conf="$WORK/$1.conf"
   {
-    nginx_common nginx
+    nginx_common "$name"
     echo "http {"
-    nginx_http_common nginx
+    nginx_http_common "$name"
+    [ -n "$http_extra" ] && printf '    %s\n' "$http_extra"
     cat <<EOF
     upstream backend {
         server 127.0.0.1:$UP_PORT;
@@ -264,6 +330,7 @@ start_contender_nginx() {
     server {
         listen 127.0.0.1:$port;
         location / {
+            $location_extra
             proxy_pass http://backend;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
@@ -272,9 +339,31 @@ start_contender_nginx() {
 }
 EOF
   } >"$conf"
-  start_bg nginx proxy -- nginx -p "$WORK/nginx" -e "$WORK/nginx/error.log" -c "$conf" -g 'daemon off;'
-  wait_port "$port" "$BG_PID" nginx
-  add_contender nginx "$BG_PID" "$port"
+  nginx -t -q -p "$WORK/$name" -e "$WORK/$name/error.log" -c "$conf" >&2 || die "$name: nginx config check failed"
+  start_bg "$name" proxy -- nginx -p "$WORK/$name" -e "$WORK/$name/error.log" -c "$conf" -g 'daemon off;'
+  wait_port "$port" "$BG_PID" "$name"
+  add_contender "$name" "$BG_PID" "$port" / "$expect"
+}
+
+start_contender_nginx() { start_nginx_proxy nginx "$1" 200; }
+
+# limit_req keeps "excess" in 1/1000 requests: rate 1e9 r/s is 1e12 units/s and burst 1e9
+# is 1e12 units, far above anything reached here, and rate * elapsed ms stays below 2^63
+# for a key idle up to ~2.5 h (much larger values pass "nginx -t" but overflow at run
+# time). The burst is needed: the leak is applied per elapsed millisecond, so requests
+# within one millisecond tick pile up 1000 units each. Rejections are logged at info, below
+# error_log's warn, so nginx writes no line per 429 (Sluice's access log is off too).
+start_contender_nginx_limit_pass() {
+  start_nginx_proxy nginx-limit-pass "$1" 200 \
+    'limit_req_zone $binary_remote_addr zone=pass:10m rate=1000000000r/s; limit_req_status 429; limit_req_log_level info;' \
+    'limit_req zone=pass burst=1000000000 nodelay;'
+}
+
+# rate=100r/s without burst: one request per 10 ms admitted, everything else 429.
+start_contender_nginx_limit_reject() {
+  start_nginx_proxy nginx-limit-reject "$1" 200,429 \
+    'limit_req_zone $binary_remote_addr zone=reject:10m rate=100r/s; limit_req_status 429; limit_req_log_level info;' \
+    'limit_req zone=reject;'
 }
 
 start_contender_haproxy() {
@@ -327,13 +416,28 @@ parse_wrk() {  # parse_wrk FILE -> "rps p50_ms p99_ms requests non2xx sockerr"
 }
 
 WRK_PID=""
-run_wrk() {  # run_wrk NAME DURATION OUTFILE -> sets CPU_TICKS (CPU used by the contender during the run)
+# Counts responses by status in wrk's Lua (uncounted warm-up only: a response() callback
+# costs wrk about a third of its throughput here). Prints "status CODE COUNT" lines.
+STATUS_LUA='local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function init(args) statuses = {} end
+function response(status, headers, body) statuses[status] = (statuses[status] or 0) + 1 end
+function done(summary, latency, requests)
+  local total = {}
+  for _, t in ipairs(threads) do
+    for code, n in pairs(t:get("statuses")) do total[code] = (total[code] or 0) + n end
+  end
+  for code, n in pairs(total) do io.write(string.format("status %d %d\n", code, n)) end
+end'
+
+run_wrk() {  # run_wrk NAME DURATION OUTFILE [WRK_ARGS...] -> sets CPU_TICKS (CPU used by the contender during the run)
   local name=$1 dur=$2 out=$3 pid=${C_PID[$1]} t0 t1
   local url="http://127.0.0.1:${C_PORT[$1]}${C_PATH[$1]}"
+  shift 3
   t0=$(cpu_ticks "$pid")
   pin_prefix other
   # in the background + wait, so that a signal interrupts the run at once
-  "${PIN_CMD[@]}" wrk --latency -t "$THREADS" -c "$CONNECTIONS" -d "$dur" --timeout "$WRK_TIMEOUT" "$url" >"$out" 2>&1 </dev/null &
+  "${PIN_CMD[@]}" wrk --latency -t "$THREADS" -c "$CONNECTIONS" -d "$dur" --timeout "$WRK_TIMEOUT" "$@" "$url" >"$out" 2>&1 </dev/null &
   WRK_PID=$!
   wait "$WRK_PID"
   WRK_PID=""
@@ -342,47 +446,102 @@ run_wrk() {  # run_wrk NAME DURATION OUTFILE -> sets CPU_TICKS (CPU used by the 
   CPU_TICKS=$((t1 - t0))
 }
 
-check_proxies() {
-  local name got status body
+expects_429() { [[ ",${C_EXPECT[$1]}," == *,429,* ]]; }
+
+check_proxies() {  # pass contenders: 200 + the upstream body; reject contenders: 200 + body, then 429
+  local name got status body counts others url n200 n429 nother
   for name in "${CONTENDER_LIST[@]}"; do
-    got=$(http_get "http://127.0.0.1:${C_PORT[$name]}${C_PATH[$name]}")
-    status=${got%%$'\t'*}; body=${got#*$'\t'}
-    if [ "$status" != 200 ] || [ "$body" != "$UPSTREAM_BODY" ]; then
-      show_log "$name"; die "$name does not proxy: got status $status body '$body'"
+    url="http://127.0.0.1:${C_PORT[$name]}${C_PATH[$name]}"
+    if expects_429 "$name"; then
+      got=$(http_burst "$url" 500)   # Sluice admits 100, nginx 1 in 10 ms: then 429
+      counts=${got%%$'\t'*}; got=${got#*$'\t'}; body=${got%%$'\t'*}; others=${got#*$'\t'}
+      read -r n200 n429 nother <<<"$counts"
+      if [ "$n200" -lt 1 ] || [ "$body" != "$UPSTREAM_BODY" ] || [ "$n429" != 1 ] || [ "$nother" != 0 ]; then
+        show_log "$name"
+        die "$name: expected 200 '$UPSTREAM_BODY' then 429; got $n200 x 200 (body '$body'), $n429 x 429, $nother other ($others)"
+      fi
+      say "check: $name on 127.0.0.1:${C_PORT[$name]} -> $n200 x 200 '$body', then 429"
+    else
+      got=$(http_get "$url")
+      status=${got%%$'\t'*}; body=${got#*$'\t'}
+      if [ "$status" != 200 ] || [ "$body" != "$UPSTREAM_BODY" ]; then
+        show_log "$name"; die "$name does not proxy: got status $status body '$body'"
+      fi
+      say "check: $name on 127.0.0.1:${C_PORT[$name]} -> $status '$body'"
     fi
-    say "check: $name on 127.0.0.1:${C_PORT[$name]} -> $status '$body'"
   done
 }
 
-summarize() {  # summarize TSV -> table of medians + ratios
-  python3 - "$1" "$RATIOS" "${CONTENDER_LIST[*]}" <<'EOF'
-import sys, statistics
+summarize() {  # summarize TSV STATUS_FILE -> table of medians, status mix, ratios, limit overhead
+  local name expects=()
+  for name in "${CONTENDER_LIST[@]}"; do expects+=("$name=${C_EXPECT[$name]}"); done
+  python3 - "$1" "$RATIOS" "${CONTENDER_LIST[*]}" "${expects[*]}" "$2" <<'EOF'
+import os, sys, statistics
 tsv, ratios, order = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+expect = {n: set(e.split(",")) for n, _, e in (x.partition("=") for x in sys.argv[4].split())}
+status_file = sys.argv[5]
 rows = {}
 for line in open(tsv):
     if line.startswith("#"): continue
-    rnd, name, rps, p50, p99, req, non, sock, ticks, cpu = line.split("\t")
+    rnd, name, rps, p50, p99, req, non, sock, ticks, cpu = line.rstrip("\n").split("\t")
     rows.setdefault(name, []).append(dict(rps=float(rps), p50=float(p50), p99=float(p99),
-        non=int(non), sock=int(sock), cpu=float(cpu)))
+        req=int(req), non=int(non), sock=int(sock), cpu=float(cpu)))
+mix = {}  # warm-up status counts: name -> {code: count}
+if status_file and os.path.exists(status_file):
+    for line in open(status_file):
+        name, code, count = line.split()
+        mix.setdefault(name, {})[code] = int(count)
 med = {n: {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50", "p99", "cpu")}
        for n, rs in rows.items()}
-hdr = f"{'proxy':<12} | {'req/s':>10} | {'p50 ms':>8} | {'p99 ms':>8} | {'CPU us/req':>10} | errors (non2xx/socket, all rounds)"
+W = max([len(n) for n in order] + [5])
+hdr = (f"{'proxy':<{W}} | {'req/s':>9} | {'p50 ms':>7} | {'p99 ms':>7} | {'CPU us/req':>10} | {'429 %':>7}"
+       " | errors (unexpected non2xx/socket, all rounds)")
 print(hdr); print("-" * len(hdr))
 for n in order:
     if n not in rows: continue
-    m = med[n]; non = sum(r["non"] for r in rows[n]); sock = sum(r["sock"] for r in rows[n])
-    print(f"{n:<12} | {m['rps']:>10.0f} | {m['p50']:>8.3f} | {m['p99']:>8.3f} | {m['cpu']:>10.2f} | {non}/{sock}")
+    m = med[n]; req = sum(r["req"] for r in rows[n])
+    non = sum(r["non"] for r in rows[n]); sock = sum(r["sock"] for r in rows[n])
+    if "429" in expect.get(n, {"200"}):
+        # wrk counts non-2xx only; the warm-up's status mix (below) shows they are 429s
+        pct = f"{100 * non / req:.2f}"; bad = 0
+    else:
+        pct = "0.00" if non == 0 else f"<={100 * non / req:.2f}"; bad = non
+    print(f"{n:<{W}} | {m['rps']:>9.0f} | {m['p50']:>7.3f} | {m['p99']:>7.3f} | {m['cpu']:>10.2f} | {pct:>7} | {bad}/{sock}")
+print()
+if mix:
+    print("status mix in the warm-up runs (wrk Lua counter; the measured runs count non-2xx only,")
+    print("which for a 429-expecting contender are reported as its 429 %):")
+    for n in order:
+        if n not in mix: continue
+        tot = sum(mix[n].values()) or 1
+        parts = "  ".join(f"{c}: {k} ({100 * k / tot:.2f}%)" for c, k in sorted(mix[n].items()))
+        odd = sorted(set(mix[n]) - expect.get(n, {"200"}))
+        print(f"  {n:<{W}}  {parts}" + (f"  UNEXPECTED: {' '.join(odd)}" if odd else ""))
+else:
+    print("status mix: not sampled (WARMUP=0); a 429-expecting contender's non-2xx are reported as 429 %")
 printed = False
+div = lambda x, y: f"{x / y:.2f}" if y else "n/a"
 for pair in ratios:
     a, _, b = pair.partition(":")
     if a not in med or b not in med: continue
     if not printed:
         print(); print("ratios (medians; req/s higher is better, p99 and CPU lower is better):"); printed = True
     A, B = med[a], med[b]
-    div = lambda x, y: f"{x / y:.2f}" if y else "n/a"
     print(f"  {a}/{b}: req/s {div(A['rps'], B['rps'])}  p99 {div(A['p99'], B['p99'])}  CPU/req {div(A['cpu'], B['cpu'])}")
 if not printed:
     print(); print(f"ratios: none ({' '.join(ratios) or 'RATIOS empty'}: not both measured)")
+over = [(a, b) for a, _, b in (p.partition(":") for p in ratios) if a == b + "-limit-pass" and a in med and b in med]
+if over:
+    print(); print("limit overhead (X-limit-pass vs X, the same proxy with a never-rejecting limit checked on every request;")
+    print("change of the medians, negative req/s = slower):")
+    for a, b in over:
+        A, B = med[a], med[b]
+        thr = 100 * (1 - A["rps"] / B["rps"]) if B["rps"] else float("nan")
+        cpu = 100 * (A["cpu"] / B["cpu"] - 1) if B["cpu"] else float("nan")
+        goal = ""
+        if b == "sluice":
+            goal = "  goal < 5%: " + ("met" if thr < 5 and cpu < 5 else "NOT met")
+        print(f"  {b}: req/s {-thr:+.1f}%  CPU us/req {cpu:+.1f}%  (throughput lost {thr:.1f}%, CPU added {cpu:.1f}%){goal}")
 EOF
 }
 
@@ -403,7 +562,7 @@ main() {
   local clk; clk=$(getconf CLK_TCK)
   say "Sluice benchmark  $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
   say "command: $0 $*"
-  say "env: CONTENDERS=\"$CONTENDERS\" ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP CONNECTIONS=$CONNECTIONS THREADS=$THREADS ORDER=$ORDER PIN=$PIN"
+  say "env: CONTENDERS=\"$CONTENDERS\" ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP CONNECTIONS=$CONNECTIONS THREADS=$THREADS ORDER=$ORDER PIN=$PIN LIMIT_HEADERS=$LIMIT_HEADERS"
   say "machine: nproc=$(nproc) kernel=$(uname -r) cpu=\"$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)\""
   local load; load=$(cut -d' ' -f1-3 /proc/loadavg)
   say "load average at start: $load$(awk '$1 > 0.5 { printf "  (WARNING: machine busy, results will be noisy)" }' /proc/loadavg)"
@@ -427,10 +586,14 @@ main() {
   done
   check_proxies
 
+  local status_file="$WORK/status.txt"; : >"$status_file"
   if [ "$WARMUP" != 0 ]; then
+    printf '%s\n' "$STATUS_LUA" >"$WORK/status.lua"
     for name in "${CONTENDER_LIST[@]}"; do
-      log "warm-up $name ($WARMUP)"
-      run_wrk "$name" "$WARMUP" "$WORK/warmup-$name.txt"
+      log "warm-up $name ($WARMUP, counting statuses)"
+      run_wrk "$name" "$WARMUP" "$WORK/warmup-$name.txt" -s "$WORK/status.lua"
+      awk -v n="$name" '$1 == "status" { print n, $2, $3 }' "$WORK/warmup-$name.txt" >>"$status_file"
+      grep -q "^$name " "$status_file" || { cat "$WORK/warmup-$name.txt" >&2; die "warm-up of $name counted no responses"; }
     done
   fi
 
@@ -447,14 +610,14 @@ main() {
       [ "$req" -gt 0 ] || { cat "$out" >&2; die "wrk completed no requests against $name"; }
       cpu=$(awk -v t="$ticks" -v c="$clk" -v q="$req" 'BEGIN { printf "%.3f", t / c * 1e6 / q }')
       printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$name" "$rps" "$p50" "$p99" "$req" "$non" "$sock" "$ticks" "$cpu" >>"$tsv"
-      say "$(printf '  %d %-10s %10.0f %8.3f %8.3f %10d %6d %6d %8.2f' "$r" "$name" "$rps" "$p50" "$p99" "$req" "$non" "$sock" "$cpu")"
+      say "$(printf '  %d %-19s %10.0f %8.3f %8.3f %10d %6d %6d %8.2f' "$r" "$name" "$rps" "$p50" "$p99" "$req" "$non" "$sock" "$cpu")"
     done
   done
 
   say "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
   say ""
   say "medians over $ROUNDS round(s), $DURATION each, $CONNECTIONS connections, $THREADS wrk threads, 1 proxy worker thread:"
-  local table; table=$(summarize "$tsv") || die "summary failed"
+  local table; table=$(summarize "$tsv" "$status_file") || die "summary failed"
   say "$table"
 
   mkdir -p "$RESULTS_DIR"
