@@ -45,8 +45,13 @@ bool admission::prepare(const snapshot& s, const limit::route& r, const message_
     const limit::policy& p = *r.limits;
     std::size_t n = 0;
     if (!p.ip.empty()) {
-        scratch_ = identity::ip_identifier(client, clients.ipv6_prefix);
-        keys_[n++] = {'i', h.hash("ip", scratch_), p.ip};
+        // A connection's client rarely changes: hash it once, not per request.
+        if (client != cached_client_ || &s != cached_for_) {
+            cached_client_ = client;
+            cached_for_ = &s;
+            cached_ip_ = h.hash("ip", identity::ip_identifier(client, clients.ipv6_prefix));
+        }
+        keys_[n++] = {'i', cached_ip_, p.ip};
     }
     if (s.users) {
         auto key = s.users->api_key_header().empty() ? std::nullopt : field(req, s.users->api_key_header());
@@ -60,8 +65,13 @@ bool admission::prepare(const snapshot& s, const limit::route& r, const message_
             out.reason = std::move(user.reason);
             return false;
         }
-        if (user.status == identity::user_result::status::ok && !p.user.empty())
-            keys_[n++] = {'u', h.hash("user", user.id), p.user};
+        if (user.status == identity::user_result::status::ok && !p.user.empty()) {
+            if (user.id != cached_user_) {
+                cached_user_ = user.id;
+                cached_user_hash_ = h.hash("user", user.id);
+            }
+            keys_[n++] = {'u', cached_user_hash_, p.user};
+        }
     }
     request_ = {std::span(keys_.data(), n), r.cost};
     if (n > 0) {

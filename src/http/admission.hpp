@@ -28,6 +28,16 @@ struct outcome {
                                     // shadow_limited, unauthorized, store_error
     char id_kind = 0;               // 'i' or 'u': the identifier named in the access log
     limit::digest id{};
+
+    // Back to a pass, keeping the strings' capacity for the next request.
+    void reset() {
+        what = kind::pass;
+        fields.clear();
+        retry_after_s = 0;
+        reason.clear();
+        decision = "none";
+        id_kind = 0;
+    }
 };
 
 class admission {
@@ -44,7 +54,12 @@ public:
 private:
     std::array<limit::store_key, 2> keys_;
     limit::check_request request_;
-    std::string scratch_;
+    // The last identifiers hashed on this connection, and the snapshot they were hashed for.
+    const snapshot* cached_for_ = nullptr;
+    boost::asio::ip::address cached_client_;
+    limit::digest cached_ip_{};
+    std::string cached_user_;
+    limit::digest cached_user_hash_{};
 };
 
 }  // namespace sluice::http

@@ -181,7 +181,7 @@ awaitable<session::head_result> session::read_request_head() {
     route_slot_ = snap_->unmatched_slot;
     route_ = nullptr;
     upstream_ms_ = -1;
-    outcome_ = outcome{};
+    outcome_.reset();
     resp_sink_.bytes = 0;
     req_parser_.emplace(req_, req_sink_);
     req_sink_ = body_sink{&out_, body_sink::framing::none, 0};
@@ -585,17 +585,22 @@ awaitable<bool> session::fail(unsigned status, const char* code, const char* mes
 // when the request was read whole (it had no body); otherwise it is closed gracefully.
 awaitable<bool> session::reject_limited(const std::string& policy) {
     const bool keep_alive = req_parser_->is_done() && req_parser_->keep_alive() && !w_.draining;
-    boost::json::object body{{"error", "rate_limited"}, {"policy", policy}, {"retry_after", outcome_.retry_after_s}};
-    auto text = boost::json::serialize(body);
+    // Policy names are [a-z0-9_-] (config validation): the body needs no escaping.
+    const auto retry = std::to_string(outcome_.retry_after_s);
+    std::string body = R"({"error":"rate_limited","policy":")";
+    body += policy;
+    body += R"(","retry_after":)";
+    body += retry;
+    body += '}';
     out_.clear();
     out_ += "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: ";
-    out_ += std::to_string(outcome_.retry_after_s);
+    out_ += retry;
     out_ += "\r\n";
     out_ += outcome_.fields;
     out_ += "Content-Length: ";
-    out_ += std::to_string(text.size());
+    out_ += std::to_string(body.size());
     out_ += keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n";
-    out_ += text;
+    out_ += body;
     finish(429);
     auto ec = co_await write_all(client_, out_, cfg_->server.idle_timeout);
     out_.clear();

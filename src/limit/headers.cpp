@@ -1,5 +1,7 @@
 #include "limit/headers.hpp"
 
+#include <charconv>
+
 namespace sluice::limit {
 
 using style = config::response_config::header_style;
@@ -10,6 +12,12 @@ void append_item(std::string& out, const std::string& name) {
     out.push_back('"');
     out.append(name);
     out.push_back('"');
+}
+
+void append_number(std::string& out, std::int64_t n) {
+    char buf[24];
+    auto r = std::to_chars(buf, buf + sizeof buf, n);
+    out.append(buf, r.ptr);
 }
 
 }  // namespace
@@ -24,16 +32,27 @@ void append_rate_limit_fields(std::string& out, const decision& d, style s) {
             const tier& t = *d.tiers[i].t;
             if (i) out.append(", ");
             append_item(out, t.name);
-            out.append(";q=" + std::to_string(t.limit) + ";w=" + std::to_string(ceil_s(t.per)));
+            out.append(";q=");
+            append_number(out, t.limit);
+            out.append(";w=");
+            append_number(out, ceil_s(t.per));
         }
         out.append("\r\nRateLimit: ");
         append_item(out, tight->t->name);
-        out.append(";r=" + std::to_string(remaining) + ";t=" + std::to_string(ceil_s(tight->reset)) + "\r\n");
+        out.append(";r=");
+        append_number(out, remaining);
+        out.append(";t=");
+        append_number(out, ceil_s(tight->reset));
+        out.append("\r\n");
     }
     if (s == style::legacy || s == style::both) {
-        out.append("X-RateLimit-Limit: " + std::to_string(tight->t->limit) + "\r\nX-RateLimit-Remaining: " +
-                   std::to_string(remaining) + "\r\nX-RateLimit-Reset: " + std::to_string(ceil_s(tight->reset)) +
-                   "\r\n");
+        out.append("X-RateLimit-Limit: ");
+        append_number(out, tight->t->limit);
+        out.append("\r\nX-RateLimit-Remaining: ");
+        append_number(out, remaining);
+        out.append("\r\nX-RateLimit-Reset: ");
+        append_number(out, ceil_s(tight->reset));
+        out.append("\r\n");
     }
 }
 
