@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Sluice comparative benchmark: Sluice vs nginx vs HAProxy as plain proxies, and Sluice vs
-# nginx limit_req with a limit that never rejects and one that rejects nearly everything;
-# each with ONE worker thread, in front of the same nginx upstream, driven in turn by wrk
-# over loopback.
+# Sluice comparative benchmark: Sluice vs nginx vs HAProxy as plain proxies, Sluice vs
+# nginx limit_req with a limit that never rejects and one that rejects nearly everything,
+# and Sluice's Redis store vs its memory store and vs a Node peer (express +
+# rate-limiter-flexible on ioredis + http-proxy) on the same Redis; each with ONE worker
+# thread, in front of the same nginx upstream, driven in turn by wrk over loopback.
 #
 # Usage: bench/run.sh            (as root on Debian 12; see bench/README.md)
 #   env: CONTENDERS="sluice nginx haproxy sluice-limit-pass nginx-limit-pass
-#                    sluice-limit-reject nginx-limit-reject"
-#        ROUNDS=3  DURATION=5s  WARMUP=2s  CONNECTIONS=64  THREADS=2
+#                    sluice-limit-reject nginx-limit-reject sluice-redis node-redis"
+#        ROUNDS=3  DURATION=4s  WARMUP=2s  CONNECTIONS=64  THREADS=2
 #        ORDER=fixed|rotate  PIN=0|1  SLUICE_BIN=build/sluice  LIMIT_HEADERS=ietf
 #        RATIOS="sluice:nginx sluice:haproxy sluice-limit-pass:nginx-limit-pass ..."
 #        WRK_TIMEOUT=2s  READY_TIMEOUT=10  KEEP_TMP=0
+#        REDIS_SERVER=/usr/bin/redis-server  NODE_LIMITERS=2  NODE_AUTOPIPELINE=1
 #
 # Adding a contender: write a function `start_contender_<name>` (dashes in the
 # name become underscores) that starts the server as a child of this script,
@@ -20,7 +22,11 @@
 # "200,429": a rate-limited contender whose 429s are expected, not errors)
 # then put NAME in CONTENDERS (or DEFAULT_CONTENDERS). CPU is measured over PID
 # and its direct children (covers nginx master + workers). Everything else
-# (proxy check, warm-up, rounds, CPU, medians, table, ratios) is generic.
+# (proxy check, warm-up, rounds, CPU, medians, table, ratios) is generic. A contender
+# that uses the bench's Redis (need_redis NAME before starting; then $REDIS_PORT) sets
+# C_REDIS[NAME]=1: redis-server's CPU and commands are measured during its runs; a Sluice
+# with the Redis store also sets C_METRICS[NAME]=ADMIN_PORT: its sluice_redis_* counters
+# are read before and after each run (commands per socket write = pipelining factor).
 set -uo pipefail
 
 # ---------------------------------------------------------------- settings
@@ -28,22 +34,26 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 cd "$REPO_ROOT" || exit 1
 
-DEFAULT_CONTENDERS="sluice nginx haproxy sluice-limit-pass nginx-limit-pass sluice-limit-reject nginx-limit-reject"
+DEFAULT_CONTENDERS="sluice nginx haproxy sluice-limit-pass nginx-limit-pass sluice-limit-reject nginx-limit-reject sluice-redis node-redis"
 CONTENDERS=${CONTENDERS:-$DEFAULT_CONTENDERS}
 ROUNDS=${ROUNDS:-3}
-DURATION=${DURATION:-5s}
+DURATION=${DURATION:-4s}
 WARMUP=${WARMUP:-2s}            # per contender, before round 1; 0 disables
 CONNECTIONS=${CONNECTIONS:-64}
 THREADS=${THREADS:-2}
 ORDER=${ORDER:-fixed}           # fixed: same order every round; rotate: shift by one per round
 PIN=${PIN:-0}                   # 1: proxy on CPU 0, upstream + wrk on the other CPUs
 SLUICE_BIN=${SLUICE_BIN:-build/sluice}
-RATIOS=${RATIOS:-"sluice:nginx sluice:haproxy sluice-limit-pass:nginx-limit-pass sluice-limit-reject:nginx-limit-reject sluice-limit-pass:sluice nginx-limit-pass:nginx"}
+RATIOS=${RATIOS:-"sluice:nginx sluice:haproxy sluice-limit-pass:nginx-limit-pass sluice-limit-reject:nginx-limit-reject sluice-limit-pass:sluice nginx-limit-pass:nginx sluice-redis:sluice-limit-pass sluice-redis:node-redis sluice-redis:nginx node-redis:nginx"}
 LIMIT_HEADERS=${LIMIT_HEADERS:-ietf}  # Sluice limit contenders: response.headers (ietf|legacy|both|none)
 HASH_SECRET=bench-only-hash-secret    # SLUICE_HASH_SECRET for every Sluice (keyed hashing, as in production)
 WRK_TIMEOUT=${WRK_TIMEOUT:-2s}
 READY_TIMEOUT=${READY_TIMEOUT:-10}   # seconds to wait for a server to come up
 KEEP_TMP=${KEEP_TMP:-0}
+REDIS_SERVER=${REDIS_SERVER:-/usr/bin/redis-server}
+NODE_LIMITERS=${NODE_LIMITERS:-2}          # node-redis: 2 = a 1 s and a 60 s limiter (2 EVALSHA/request), 1 = the 1 s one
+NODE_AUTOPIPELINE=${NODE_AUTOPIPELINE:-1}  # node-redis: ioredis enableAutoPipelining (1) or not (0)
+NODE_PEER_DIR="$SCRIPT_DIR/node-peer"
 RESULTS_DIR="$SCRIPT_DIR/results"
 UPSTREAM_BODY="hello from upstream"
 
@@ -87,13 +97,21 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-ensure_packages() {  # install nginx, haproxy, wrk from Debian if missing; never start services
+ensure_packages() {  # install nginx, haproxy, wrk (redis-server, node) from Debian if missing; never start services
   local missing=()
   command -v nginx   >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]   || missing+=(nginx)
   command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
   command -v wrk     >/dev/null 2>&1 || missing+=(wrk)
   command -v python3 >/dev/null 2>&1 || missing+=(python3)
   command -v pgrep   >/dev/null 2>&1 || missing+=(procps)
+  if [[ " $CONTENDERS " == *" sluice-redis "* || " $CONTENDERS " == *" node-redis "* ]]; then
+    [ -x "$REDIS_SERVER" ] || missing+=(redis-server)
+    command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+  fi
+  if [[ " $CONTENDERS " == *" node-redis "* ]]; then
+    command -v node >/dev/null 2>&1 || missing+=(nodejs)
+    command -v npm  >/dev/null 2>&1 || missing+=(npm)
+  fi
   ((${#missing[@]})) || return 0
   log "installing: ${missing[*]}"
   local policy=/usr/sbin/policy-rc.d made_policy=0
@@ -199,7 +217,7 @@ cpu_ticks() {
 
 # ---------------------------------------------------------------- contenders registry
 CONTENDER_LIST=()        # names, in registration order
-declare -A C_PID C_PORT C_PATH C_EXPECT
+declare -A C_PID C_PORT C_PATH C_EXPECT C_REDIS C_METRICS
 
 add_contender() {  # add_contender NAME PID PORT [PATH [EXPECT]]   EXPECT: 200 (default) or 200,429
   CONTENDER_LIST+=("$1")
@@ -366,6 +384,101 @@ start_contender_nginx_limit_reject() {
     'limit_req zone=reject;'
 }
 
+# ---------------------------------------------------------------- Redis store contenders
+REDIS_PORT="" REDIS_PID=""
+need_redis() {  # need_redis NAME: starts the bench's redis-server (once) on a free loopback port
+  C_REDIS[$1]=1
+  [ -n "$REDIS_PID" ] && return 0
+  read -r REDIS_PORT <<<"$(free_ports 1)"
+  mkdir -p "$WORK/redis"
+  # no persistence, no eviction (README "Redis store"), loopback only, in the foreground
+  start_bg redis other -- "$REDIS_SERVER" --port "$REDIS_PORT" --bind 127.0.0.1 --protected-mode yes \
+    --daemonize no --dir "$WORK/redis" --save "" --appendonly no --maxmemory-policy noeviction \
+    --loglevel warning
+  REDIS_PID=$BG_PID
+  wait_port "$REDIS_PORT" "$REDIS_PID" redis
+  local i
+  for ((i = 0; i < READY_TIMEOUT * 10; i++)); do
+    [ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ] && break
+    sleep 0.1
+  done
+  [ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ] || die "redis-server on 127.0.0.1:$REDIS_PORT does not answer PING"
+  say "redis: redis-server $("$REDIS_SERVER" --version | awk '{print $3}' | sed 's/^v=//') on 127.0.0.1:$REDIS_PORT (--save \"\" --appendonly no --maxmemory-policy noeviction)"
+}
+
+redis_commands() {  # total_commands_processed of the bench's redis-server (this INFO included)
+  redis-cli -p "$REDIS_PORT" info stats 2>/dev/null | tr -d '\r' | awk -F: '$1 == "total_commands_processed" { print $2 }'
+}
+
+sluice_redis_metrics() {  # sluice_redis_metrics ADMIN_PORT -> "commands writes errors timeouts" (-1: missing)
+  python3 - "$1" <<'EOF'
+import sys, urllib.request
+want = ["sluice_redis_commands_total", "sluice_redis_writes_total", "sluice_redis_errors_total", "sluice_redis_timeouts_total"]
+v = {}
+try:
+    with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("#"): continue
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] in want: v[parts[0]] = int(float(parts[1]))
+except Exception:
+    pass
+print(" ".join(str(v.get(k, -1)) for k in want))
+EOF
+}
+
+# sluice-limit-pass with the Redis store instead of the memory store (the same policy, so
+# sluice-redis vs sluice-limit-pass isolates the store): one EVALSHA per request, pipelined.
+start_contender_sluice_redis() {
+  need_redis sluice-redis
+  start_sluice sluice-redis "$1" "$2" 200 "store:
+  type: redis
+  redis: { nodes: [\"127.0.0.1:$REDIS_PORT\"], timeout: 50ms }
+  on_error: allow
+response: { headers: $LIMIT_HEADERS }
+policies:
+  pass:
+    ip:
+      - {limit: 1000000000, per: 1s, algorithm: fixed}
+      - {limit: 1000000000, per: 1m, algorithm: sliding}
+routes:
+  - {match: {path_prefix: /}, policy: pass}"
+  C_METRICS[sluice-redis]=$2
+  local i got=""
+  for ((i = 0; i < READY_TIMEOUT * 10; i++)); do   # /readyz: config loaded and Redis reachable
+    got=$(http_get "http://127.0.0.1:$2/readyz"); [ "${got%%$'\t'*}" = 200 ] && return 0
+    sleep 0.1
+  done
+  show_log sluice-redis; die "sluice-redis: /readyz not 200 within ${READY_TIMEOUT}s (last: $got)"
+}
+
+ensure_node_peer() {  # npm ci into bench/node-peer/node_modules unless it is already up to date
+  local d=$NODE_PEER_DIR stamp=$NODE_PEER_DIR/node_modules/.package-lock.json
+  [ -f "$d/package.json" ] || die "$d/package.json missing"
+  if [ -f "$stamp" ] && [ "$stamp" -nt "$d/package.json" ] &&
+     { [ ! -f "$d/package-lock.json" ] || [ "$stamp" -nt "$d/package-lock.json" ]; }; then
+    return 0
+  fi
+  local cmd=(npm install --no-audit --no-fund --loglevel=error)
+  [ -f "$d/package-lock.json" ] && cmd=(npm ci --no-audit --no-fund --loglevel=error)
+  log "node-redis: ${cmd[*]} in $d"
+  (cd "$d" && timeout 600 "${cmd[@]}") >&2 || die "node-redis: ${cmd[*]} failed in $d"
+}
+
+# Node peer: express + rate-limiter-flexible RateLimiterRedis (ioredis, the same Redis) +
+# http-proxy with a keep-alive agent; the same never-rejecting limit keyed by client IP; one
+# single-threaded process (bench/node-peer/server.js).
+start_contender_node_redis() {
+  local port=$1
+  need_redis node-redis
+  ensure_node_peer
+  start_bg node-redis proxy -- env PORT="$port" UPSTREAM="http://127.0.0.1:$UP_PORT" REDIS_PORT="$REDIS_PORT" \
+    LIMITERS="$NODE_LIMITERS" AUTOPIPELINE="$NODE_AUTOPIPELINE" NODE_ENV=production \
+    node "$NODE_PEER_DIR/server.js"
+  wait_log_line "$WORK/node-redis.err.log" "node peer listening on 127.0.0.1:$port" "$BG_PID" node-redis
+  add_contender node-redis "$BG_PID" "$port"
+}
+
 start_contender_haproxy() {
   local port=$1 conf="$WORK/haproxy.cfg"
   cat >"$conf" <<EOF
@@ -472,20 +585,27 @@ check_proxies() {  # pass contenders: 200 + the upstream body; reject contenders
   done
 }
 
-summarize() {  # summarize TSV STATUS_FILE -> table of medians, status mix, ratios, limit overhead
+summarize() {  # summarize TSV STATUS_FILE -> table of medians, status mix, ratios, limit overhead, Redis store
   local name expects=()
   for name in "${CONTENDER_LIST[@]}"; do expects+=("$name=${C_EXPECT[$name]}"); done
-  python3 - "$1" "$RATIOS" "${CONTENDER_LIST[*]}" "${expects[*]}" "$2" <<'EOF'
+  python3 - "$1" "$RATIOS" "${CONTENDER_LIST[*]}" "${expects[*]}" "$2" "$(getconf CLK_TCK)" <<'EOF'
 import os, sys, statistics
 tsv, ratios, order = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+clk = int(sys.argv[6])
 expect = {n: set(e.split(",")) for n, _, e in (x.partition("=") for x in sys.argv[4].split())}
 status_file = sys.argv[5]
 rows = {}
 for line in open(tsv):
     if line.startswith("#"): continue
-    rnd, name, rps, p50, p99, req, non, sock, ticks, cpu = line.rstrip("\n").split("\t")
+    f = line.rstrip("\n").split("\t") + ["-"] * 5
+    rnd, name, rps, p50, p99, req, non, sock, ticks, cpu = f[:10]
+    num = lambda x: None if x in ("-", "") else int(x)
+    rticks, rcmds, scmds, swrites, serrs = map(num, f[10:15])
     rows.setdefault(name, []).append(dict(rps=float(rps), p50=float(p50), p99=float(p99),
-        req=int(req), non=int(non), sock=int(sock), cpu=float(cpu)))
+        req=int(req), non=int(non), sock=int(sock), cpu=float(cpu),
+        rcpu=None if rticks is None else rticks / clk * 1e6 / int(req),
+        rcmd=None if rcmds is None else rcmds / int(req),
+        pipe=None if not swrites else scmds / swrites, scmds=scmds, swrites=swrites, serrs=serrs))
 mix = {}  # warm-up status counts: name -> {code: count}
 if status_file and os.path.exists(status_file):
     for line in open(status_file):
@@ -542,6 +662,35 @@ if over:
         if b == "sluice":
             goal = "  goal < 5%: " + ("met" if thr < 5 and cpu < 5 else "NOT met")
         print(f"  {b}: req/s {-thr:+.1f}%  CPU us/req {cpu:+.1f}%  (throughput lost {thr:.1f}%, CPU added {cpu:.1f}%){goal}")
+redis = [n for n in order if n in rows and any(r["rcpu"] is not None for r in rows[n])]
+if redis:
+    mm = lambda rs, k: statistics.median(r[k] for r in rs if r[k] is not None) if any(r[k] is not None for r in rs) else None
+    print(); print("Redis store (medians over rounds; redis-server's CPU is NOT in the CPU us/req column above;")
+    print("Redis cmds/req = INFO total_commands_processed, commands run inside scripts included;")
+    print("commands/write = Sluice's sluice_redis_commands_total / sluice_redis_writes_total over the run,")
+    print("i.e. the pipelining factor):")
+    hdr = (f"  {'proxy':<{W}} | {'req/s':>9} | {'p99 ms':>7} | {'proxy CPU':>9} | {'redis CPU':>9} | {'sum CPU':>9}"
+           f" | {'Redis cmds/req':>14} | {'commands/write':>14} | errors")
+    print(hdr); print("  " + "-" * (len(hdr) - 2))
+    for n in redis:
+        rs = rows[n]; rc = mm(rs, "rcpu"); pc = med[n]["cpu"]
+        sumc = statistics.median(r["cpu"] + r["rcpu"] for r in rs if r["rcpu"] is not None)
+        pipe = mm(rs, "pipe"); rcmd = mm(rs, "rcmd")
+        errs = sum(r["serrs"] for r in rs if r["serrs"] is not None) if any(r["serrs"] is not None for r in rs) else None
+        per_round = "  (rounds: " + " ".join(f"{r['pipe']:.1f}" for r in rs if r["pipe"] is not None) + ")" if pipe is not None else ""
+        print(f"  {n:<{W}} | {med[n]['rps']:>9.0f} | {med[n]['p99']:>7.3f} | {pc:>9.2f} | {rc:>9.2f} | {sumc:>9.2f}"
+              f" | {rcmd:>14.2f} | {('-' if pipe is None else f'{pipe:.1f}'):>14} | {'-' if errs is None else errs}{per_round}")
+    print("  (CPU columns in us/req: proxy = the contender's process, redis = redis-server, sum = both, per run then median;")
+    print("   errors = Sluice's sluice_redis_errors_total + sluice_redis_timeouts_total over all rounds, each would have")
+    print("   been forwarded unchecked by on_error: allow)")
+    if "sluice-redis" in med and "sluice-limit-pass" in med:
+        A, B = med["sluice-redis"], med["sluice-limit-pass"]
+        thr = 100 * (1 - A["rps"] / B["rps"]) if B["rps"] else float("nan")
+        cpu = 100 * (A["cpu"] / B["cpu"] - 1) if B["cpu"] else float("nan")
+        rsum = statistics.median(r["cpu"] + r["rcpu"] for r in rows["sluice-redis"] if r["rcpu"] is not None)
+        print(); print("Redis store overhead (sluice-redis vs sluice-limit-pass: the same policy, Redis store vs memory store):")
+        print(f"  req/s {-thr:+.1f}%  Sluice CPU us/req {cpu:+.1f}%  Sluice + redis-server CPU us/req "
+              f"{100 * (rsum / B['cpu'] - 1):+.1f}%  (throughput lost {thr:.1f}%)  goal < 15%: {'met' if thr < 15 else 'NOT met'}")
 EOF
 }
 
@@ -557,7 +706,7 @@ main() {
   chmod 755 "$WORK"            # nginx workers run as an unprivileged user
   REPORT="$WORK/report.txt"; : >"$REPORT"
   local tsv="$WORK/runs.tsv"
-  printf '#round\tproxy\trps\tp50_ms\tp99_ms\trequests\tnon2xx\tsockerr\tcpu_ticks\tcpu_us_per_req\n' >"$tsv"
+  printf '#round\tproxy\trps\tp50_ms\tp99_ms\trequests\tnon2xx\tsockerr\tcpu_ticks\tcpu_us_per_req\tredis_ticks\tredis_cmds\tsluice_redis_cmds\tsluice_redis_writes\tsluice_redis_errors\n' >"$tsv"
 
   local clk; clk=$(getconf CLK_TCK)
   say "Sluice benchmark  $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -566,7 +715,8 @@ main() {
   say "machine: nproc=$(nproc) kernel=$(uname -r) cpu=\"$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)\""
   local load; load=$(cut -d' ' -f1-3 /proc/loadavg)
   say "load average at start: $load$(awk '$1 > 0.5 { printf "  (WARNING: machine busy, results will be noisy)" }' /proc/loadavg)"
-  say "versions: $(nginx -v 2>&1 | sed 's/.*version: //'), $(haproxy -v 2>/dev/null | head -n1 | awk '{print "haproxy/"$3}'), $(wrk -v 2>&1 | head -n1 | awk '{print $1"/"$2}')"
+  say "versions: $(nginx -v 2>&1 | sed 's/.*version: //'), $(haproxy -v 2>/dev/null | head -n1 | awk '{print "haproxy/"$3}'), $(wrk -v 2>&1 | head -n1 | awk '{print $1"/"$2}')$(
+    [[ " $CONTENDERS " == *" node-redis "* ]] && echo ", node/$(node -v 2>/dev/null | tr -d v)")"
 
   # ports: upstream + one or two per contender
   local names ports
@@ -598,19 +748,39 @@ main() {
   fi
 
   local r n=${#CONTENDER_LIST[@]} k ticks rps p50 p99 req non sock cpu out
+  local rt0 rt1 rc0 rc1 m0 m1 rticks rcmds scmds swrites serrs extra
   say ""
-  say "per run: round proxy req/s p50ms p99ms requests non2xx sockerr cpu_us/req"
+  say "per run: round proxy req/s p50ms p99ms requests non2xx sockerr cpu_us/req [redis-server: CPU us/req, commands/req; sluice: commands/write, errors]"
   for ((r = 1; r <= ROUNDS; r++)); do
     for ((k = 0; k < n; k++)); do
       if [ "$ORDER" = rotate ]; then name=${CONTENDER_LIST[$(((k + r - 1) % n))]}; else name=${CONTENDER_LIST[$k]}; fi
       out="$WORK/run-$r-$name.txt"
       log "round $r/$ROUNDS: $name ($DURATION, $CONNECTIONS conns, $THREADS threads)"
+      rticks=- rcmds=- scmds=- swrites=- serrs=- extra=""
+      # outside the contender's CPU window: Sluice's counters, then redis-server's commands and CPU
+      if [ -n "${C_METRICS[$name]:-}" ]; then read -ra m0 <<<"$(sluice_redis_metrics "${C_METRICS[$name]}")"; fi
+      if [ -n "${C_REDIS[$name]:-}" ]; then rc0=$(redis_commands); rt0=$(cpu_ticks "$REDIS_PID"); fi
       run_wrk "$name" "$DURATION" "$out"; ticks=$CPU_TICKS
+      if [ -n "${C_REDIS[$name]:-}" ]; then
+        rt1=$(cpu_ticks "$REDIS_PID"); rc1=$(redis_commands)
+        rticks=$((rt1 - rt0)); rcmds=$((rc1 - rc0 - 1))   # minus the first INFO
+      fi
+      if [ -n "${C_METRICS[$name]:-}" ]; then
+        read -ra m1 <<<"$(sluice_redis_metrics "${C_METRICS[$name]}")"
+        [ "${m0[0]}" -ge 0 ] && [ "${m1[0]}" -ge 0 ] && [ "${m1[1]}" -ge 0 ] ||
+          die "$name: sluice_redis_* counters not found on http://127.0.0.1:${C_METRICS[$name]}/metrics"
+        scmds=$((m1[0] - m0[0])); swrites=$((m1[1] - m0[1])); serrs=$((m1[2] - m0[2] + m1[3] - m0[3]))
+      fi
       read -r rps p50 p99 req non sock <<<"$(parse_wrk "$out")"
       [ "$req" -gt 0 ] || { cat "$out" >&2; die "wrk completed no requests against $name"; }
       cpu=$(awk -v t="$ticks" -v c="$clk" -v q="$req" 'BEGIN { printf "%.3f", t / c * 1e6 / q }')
-      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$name" "$rps" "$p50" "$p99" "$req" "$non" "$sock" "$ticks" "$cpu" >>"$tsv"
-      say "$(printf '  %d %-19s %10.0f %8.3f %8.3f %10d %6d %6d %8.2f' "$r" "$name" "$rps" "$p50" "$p99" "$req" "$non" "$sock" "$cpu")"
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$name" "$rps" "$p50" "$p99" "$req" "$non" "$sock" "$ticks" "$cpu" \
+        "$rticks" "$rcmds" "$scmds" "$swrites" "$serrs" >>"$tsv"
+      [ "$rticks" != - ] && extra+=$(awk -v t="$rticks" -v c="$clk" -v q="$req" -v k="$rcmds" \
+        'BEGIN { printf "  redis-server %.2f us/req %.2f cmds/req", t / c * 1e6 / q, k / q }')
+      [ "$swrites" != - ] && extra+=$(awk -v a="$scmds" -v w="$swrites" -v e="$serrs" \
+        'BEGIN { printf "  sluice %.1f cmds/write %d errors", (w > 0 ? a / w : 0), e }')
+      say "$(printf '  %d %-19s %10.0f %8.3f %8.3f %10d %6d %6d %8.2f' "$r" "$name" "$rps" "$p50" "$p99" "$req" "$non" "$sock" "$cpu")$extra"
     done
   done
 
