@@ -60,15 +60,6 @@ const std::vector<spec> all_specs = {
     {algorithm::sliding, 100, 10'000, 1'000, 0, "sliding 100/10s precision 1s"},
 };
 
-const char* algo_name(algorithm a) {
-    switch (a) {
-        case algorithm::fixed: return "fixed";
-        case algorithm::sliding: return "sliding";
-        case algorithm::gcra: return "gcra";
-        case algorithm::log: return "log";
-    }
-    return "?";
-}
 
 limit::tier make_tier(const spec& s) {
     tier_config c;
@@ -78,7 +69,7 @@ limit::tier make_tier(const spec& s) {
     c.algo = s.algo;
     c.precision = duration{s.algo == algorithm::fixed || s.algo == algorithm::sliding ? s.precision_ms : 0};
     c.burst = s.burst;
-    c.id = std::string("bench/ip/") + algo_name(s.algo) + "/" + std::to_string(s.per_ms) + "ms/" +
+    c.id = std::string("bench/ip/") + std::string(config::to_string(s.algo)) + "/" + std::to_string(s.per_ms) + "ms/" +
            std::to_string(s.algo == algorithm::gcra ? s.burst : s.precision_ms) + "/" + std::to_string(s.limit);
     c.name = "ip-" + std::to_string(s.per_ms) + "ms";
     return limit::tier::from(c);

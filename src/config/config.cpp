@@ -671,7 +671,6 @@ void read_response(const node_ref& n, response_config& out) {
 // In the declaration order of `algorithm`.
 constexpr std::array<std::string_view, 4> algorithm_names{"fixed", "sliding", "gcra", "log"};
 
-std::string_view name_of(algorithm a) { return algorithm_names[static_cast<std::size_t>(a)]; }
 
 // Where the keys of a tier were written, for the checks that need the whole tier.
 struct tier_nodes {
@@ -731,7 +730,7 @@ std::string tier_id(const std::string& policy, const tier_config& t) {
                        : t.algo == algorithm::log ? format_duration(t.per)
                                                   : format_duration(t.precision);
     std::string id = policy + "/" + t.kind + "/";
-    id += name_of(t.algo);
+    id += to_string(t.algo);
     return id + "/" + format_duration(t.per) + "/" + last;
 }
 
@@ -745,7 +744,7 @@ tier_config read_tier(const node_ref& n, const std::string& policy, const std::s
         {"per", [&](const node_ref& v) { t.per = read_per(v); at.per = v; }, presence::required},
         {"algorithm",
          [&](const node_ref& v) {
-             t.algo = read_enum<algorithm>(v, {"fixed", "sliding", "gcra", "log"});
+             t.algo = read_enum<algorithm>(v, {"fixed", "sliding", "gcra", "log"});  // as algorithm_names
          }},
         {"precision",
          [&](const node_ref& v) {
@@ -802,7 +801,7 @@ void name_tiers(policy_config& p) {
     std::vector<std::string> names = names_of(tiers);
     for (std::size_t i = 0; i < tiers.size(); ++i) {
         if (std::count(names.begin(), names.end(), names[i]) > 1) {
-            append_part(tiers[i]->name, name_of(tiers[i]->algo));
+            append_part(tiers[i]->name, to_string(tiers[i]->algo));
         }
     }
     names = names_of(tiers);
@@ -1007,5 +1006,7 @@ std::string format_duration(duration d) {
     }
     return {};  // unreachable: every count is a multiple of 1ms
 }
+
+std::string_view to_string(algorithm a) { return algorithm_names[static_cast<std::size_t>(a)]; }
 
 }  // namespace sluice::config

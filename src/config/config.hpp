@@ -115,6 +115,7 @@ struct response_config {
 };
 
 enum class algorithm { fixed, sliding, gcra, log };
+std::string_view to_string(algorithm a);  // "fixed", "sliding", "gcra", "log"
 
 // One limit. Validation guarantees: limit >= 1; per > 0; sliding: precision divides per
 // and per / precision <= 120 (default precision: per / 10, which must then be a whole

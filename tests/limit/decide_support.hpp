@@ -51,15 +51,6 @@ inline tier_spec as_user(tier_spec s) {
     return s;
 }
 
-inline const char* algo_name(algorithm a) {
-    switch (a) {
-        case algorithm::fixed: return "fixed";
-        case algorithm::sliding: return "sliding";
-        case algorithm::gcra: return "gcra";
-        case algorithm::log: return "log";
-    }
-    return "?";
-}
 
 inline config::tier_config to_config(const tier_spec& s) {
     config::tier_config c;
@@ -73,7 +64,7 @@ inline config::tier_config to_config(const tier_spec& s) {
     c.burst = s.algo == algorithm::gcra ? s.param : 0;
     c.min_interval = config::duration{s.min_interval_ms};
     // Unique within a test even for tiers that differ only in limit or min_interval.
-    c.id = "test/" + s.kind + "/" + algo_name(s.algo) + "/" + std::to_string(s.per_ms) + "ms/" +
+    c.id = "test/" + s.kind + "/" + std::string(config::to_string(s.algo)) + "/" + std::to_string(s.per_ms) + "ms/" +
            std::to_string(s.param) + "/" + std::to_string(s.limit) + "/" + std::to_string(s.min_interval_ms);
     c.name = s.kind + "-" + std::to_string(s.per_ms) + "ms";
     return c;

@@ -266,7 +266,7 @@ TEST_CASE("cost: weighted requests against limit 10 and cost equal to the limit"
     const tier_spec specs[] = {fixed_spec(10, 1000), sliding_spec(10, 1000, 100), gcra_spec(10, 1000, 10),
                                log_spec(10, 1000)};
     for (const auto& spec : specs) {
-        CAPTURE(algo_name(spec.algo));
+        CAPTURE(sluice::config::to_string(spec.algo));
         const usec t0 = T0 + 250 * MS;
         {
             key k({spec});
@@ -447,7 +447,7 @@ TEST_CASE("check then commit: hammering at 10x the limit still admits exactly th
         {log_spec(10, 1000), T0 + 5},
     };
     for (const auto& c : cases) {
-        CAPTURE(algo_name(c.spec.algo));
+        CAPTURE(sluice::config::to_string(c.spec.algo));
         key k({c.spec});
         std::vector<usec> admitted;
         for (int i = 0; i < 500; ++i) {
@@ -777,7 +777,7 @@ std::uint64_t seed_or_env(std::uint64_t fallback) {
 
 // Checks DESIGN.md's guarantee for one tier over the admitted history of its key.
 void check_guarantee(const tier_spec& s, const std::vector<std::pair<usec, std::int64_t>>& h) {
-    CAPTURE(algo_name(s.algo));
+    CAPTURE(sluice::config::to_string(s.algo));
     const usec per = s.per_ms * MS, mi = s.min_interval_ms * MS;
     std::vector<std::int64_t> prefix(h.size() + 1, 0);
     for (std::size_t i = 0; i < h.size(); ++i) prefix[i + 1] = prefix[i] + h[i].second;
