@@ -5,12 +5,10 @@
 #include "http/message.hpp"
 #include "limit/rules.hpp"
 #include "proxy/headers.hpp"
+#include "proxy/relay.hpp"
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/connect.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/status.hpp>
@@ -30,8 +28,6 @@ using proxy::body_framing;
 namespace {
 
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-// Bodies move in pieces of at most this size: memory per connection stays bounded.
-constexpr std::size_t piece_size = 64 * 1024;
 constexpr std::size_t upstream_header_limit = 64 * 1024;
 constexpr auto linger_time = std::chrono::seconds(2);
 
@@ -50,12 +46,6 @@ metrics::upstream_error connect_error_kind(const error_code& ec) {
     return metrics::upstream_error::connect_failed;
 }
 
-// Which side of a body transfer failed, if any.
-struct pump_result {
-    enum side { ok, read, write, parse } failed = ok;
-    error_code ec;
-    std::uint64_t written = 0;  // bytes written to the destination
-};
 
 }  // namespace
 
@@ -102,25 +92,14 @@ private:
         co_return co_await fail(status, code, message, true) ? relay_outcome::keep_alive : relay_outcome::close;
     }
     static relay_outcome keep(bool keep_alive) { return keep_alive ? relay_outcome::keep_alive : relay_outcome::close; }
-    awaitable<void> tunnel(proxy::upstream_connection& up);
-    awaitable<void> copy(tcp::socket& from, boost::beast::flat_buffer& buf, tcp::socket& to);
-    template <class Parser>
-    awaitable<pump_result> pump(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
-                                clock::duration read_timeout, tcp::socket& dst, clock::duration write_timeout);
-    template <class Parser>
-    awaitable<error_code> read_head(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
-                                    clock::duration timeout, bool& got_some);
-    awaitable<error_code> read_some(tcp::socket& s, boost::beast::flat_buffer& buf);
-    awaitable<error_code> write_all(tcp::socket& s, std::string_view data, clock::duration timeout);
-    awaitable<error_code> connect(proxy::upstream_connection& up);
+    awaitable<error_code> write_all(tcp::socket& s, std::string_view data, clock::duration timeout) {
+        return relay_.write_all(s, data, timeout);
+    }
     awaitable<bool> fail(unsigned status, const char* code, const char* message, bool keep_alive = false);
     awaitable<bool> reject_limited(const std::string& policy);
     awaitable<void> linger();
     void finish(unsigned status);
 
-    error_code timed(error_code ec) const {
-        return ec == asio::error::operation_aborted && track_.expired() ? boost::beast::error::timeout : ec;
-    }
 
     worker& w_;
     std::shared_ptr<const snapshot> snap_;  // the snapshot the current request started with
@@ -141,6 +120,7 @@ private:
     std::optional<request_parser> req_parser_;
     std::optional<response_parser> resp_parser_;
     tracked_connection track_;
+    proxy::relay relay_{track_};
     clock::time_point started_{};
     bool first_ = true;
     bool finished_ = false;
@@ -221,10 +201,10 @@ awaitable<session::head_result> session::read_request_head() {
                 co_return head_result{head_result::error, 400, "bad_request", "malformed request"};
             }
         }
-        auto [ec, n] = co_await client_.async_read_some(in_.prepare(piece_size), use_tuple);
+        auto [ec, n] = co_await client_.async_read_some(in_.prepare(proxy::piece_size), use_tuple);
         in_.commit(n);
         if (ec) {
-            if (got_some && is_timeout(timed(ec)))
+            if (got_some && is_timeout(relay_.timed(ec)))
                 co_return head_result{head_result::error, 408, "request_timeout",
                                       "the request header did not arrive within server.header_timeout"};
             co_return head_result{head_result::closed};
@@ -289,7 +269,7 @@ awaitable<bool> session::forward(body_framing framing, std::uint64_t length, boo
     for (;;) {
         if (!up) {
             up = std::make_unique<proxy::upstream_connection>(client_.get_executor());
-            auto ec = co_await connect(*up);
+            auto ec = co_await relay_.connect(*up, w_.upstream_endpoints, up_cfg.connect_timeout);
             if (ec) {
                 w_.metrics.upstream_failed(connect_error_kind(ec));
                 if (is_timeout(ec))
@@ -309,18 +289,18 @@ awaitable<bool> session::forward(body_framing framing, std::uint64_t length, boo
                 if (ec) co_return false;
             }
             req_sink_.mode = framing == body_framing::chunked ? body_sink::framing::chunked : body_sink::framing::identity;
-            auto r = co_await pump(p, client_, in_, cfg_->server.idle_timeout, up->socket, up_cfg.timeout);
-            if (r.failed == pump_result::parse) {
+            auto r = co_await relay_.pump(p, client_, in_, cfg_->server.idle_timeout, up->socket, up_cfg.timeout, out_);
+            if (r.failed == proxy::pump_result::parse) {
                 if (r.ec == bhttp::error::body_limit)
                     co_return co_await fail(413, "payload_too_large", "the request body exceeds server.max_body_bytes");
                 co_return co_await fail(400, "bad_request", "malformed request body");
             }
-            if (r.failed == pump_result::read) {
+            if (r.failed == proxy::pump_result::read) {
                 if (is_timeout(r.ec))
                     co_return co_await fail(408, "request_timeout", "the request body stopped arriving");
                 co_return false;
             }
-            if (r.failed == pump_result::write) {
+            if (r.failed == proxy::pump_result::write) {
                 w_.metrics.upstream_failed(is_timeout(r.ec) ? metrics::upstream_error::timeout
                                                             : metrics::upstream_error::reset);
                 co_return co_await fail(is_timeout(r.ec) ? 504 : 502, "upstream_unavailable",
@@ -363,7 +343,7 @@ awaitable<session::relay_outcome> session::relay_response(proxy::upstream_connec
         if (req_.method == bhttp::verb::head) rp.skip(true);
         bool got_some = false;
         if (upstream_ms_ < 0) upstream_asked_ = clock::now();
-        auto ec = co_await read_head(rp, up.socket, up.buffer, up_cfg.timeout, got_some);
+        auto ec = co_await relay_.read_head(rp, up.socket, up.buffer, up_cfg.timeout, got_some);
         upstream_ms_ = std::chrono::duration<double, std::milli>(clock::now() - upstream_asked_).count();
         if (ec) {
             if (!got_some && may_retry && !is_timeout(ec)) co_return relay_outcome::retry;
@@ -392,7 +372,7 @@ awaitable<session::relay_outcome> session::relay_response(proxy::upstream_connec
         proxy::write_response_head(out_, resp_, {.upgrade = true}, body_framing::none, 0);
         auto ec = co_await write_all(client_, out_, cfg_->server.idle_timeout);
         finish(101);
-        if (!ec) co_await tunnel(up);
+        if (!ec) co_await relay_.tunnel(client_, in_, up, cfg_->server.idle_timeout);
         co_return relay_outcome::close;
     }
 
@@ -413,13 +393,13 @@ awaitable<session::relay_outcome> session::relay_response(proxy::upstream_connec
     resp_sink_.mode = framing == body_framing::chunked ? body_sink::framing::chunked
                       : no_body                        ? body_sink::framing::none
                                                        : body_sink::framing::identity;
-    auto r = co_await pump(rp, up.socket, up.buffer, up_cfg.timeout, client_, cfg_->server.idle_timeout);
-    if (r.failed == pump_result::ok) {
+    auto r = co_await relay_.pump(rp, up.socket, up.buffer, up_cfg.timeout, client_, cfg_->server.idle_timeout, out_);
+    if (r.failed == proxy::pump_result::ok) {
         finish(status);
         reusable = rp.keep_alive() && up.buffer.size() == 0;
         co_return keep(keep_alive);
     }
-    if (r.failed == pump_result::write) {
+    if (r.failed == proxy::pump_result::write) {
         finish(status);
         co_return relay_outcome::close;  // the client went away
     }
@@ -431,118 +411,6 @@ awaitable<session::relay_outcome> session::relay_response(proxy::upstream_connec
     }
     finish(status);  // the response was cut short: closing tells the client so
     co_return relay_outcome::close;
-}
-
-template <class Parser>
-awaitable<error_code> session::read_head(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
-                                         clock::duration timeout, bool& got_some) {
-    track_.arm(timeout);
-    for (;;) {
-        if (buf.size() > 0) {
-            got_some = true;
-            error_code ec;
-            auto n = p.put(buf.data(), ec);
-            buf.consume(n);
-            if (!ec && p.is_header_done()) co_return error_code{};
-            if (ec && ec != bhttp::error::need_more) co_return ec;
-        }
-        auto ec = co_await read_some(src, buf);
-        if (ec) co_return ec;
-    }
-}
-
-// Moves the rest of a message from src to dst. The parser's sink appends re-framed body
-// bytes to out_, which is flushed to dst once it passes piece_size and whenever the parser
-// needs more input, so memory stays bounded whatever the body size.
-template <class Parser>
-awaitable<pump_result> session::pump(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
-                                     clock::duration read_timeout, tcp::socket& dst, clock::duration write_timeout) {
-    pump_result r;
-    auto flush = [&]() -> awaitable<bool> {
-        if (out_.empty()) co_return true;
-        r.ec = co_await write_all(dst, out_, write_timeout);
-        r.written += out_.size();
-        out_.clear();
-        if (r.ec) r.failed = pump_result::write;
-        co_return !r.ec;
-    };
-    while (!p.is_done()) {
-        bool need_input = buf.size() == 0;
-        if (!need_input) {
-            error_code ec;
-            auto n = p.put(buf.data(), ec);
-            buf.consume(n);
-            if (ec == bhttp::error::need_more || (!ec && n == 0)) {
-                need_input = true;
-            } else if (ec) {
-                r.failed = pump_result::parse;
-                r.ec = ec;
-                co_return r;
-            }
-        }
-        if (out_.size() >= piece_size || (need_input && !out_.empty())) {
-            if (!co_await flush()) co_return r;
-        }
-        if (!need_input) continue;
-        track_.arm(read_timeout);
-        auto ec = co_await read_some(src, buf);
-        if (ec == asio::error::eof) {
-            p.put_eof(ec);
-            if (!ec) continue;
-            ec = asio::error::eof;
-        }
-        if (ec) {
-            r.failed = pump_result::read;
-            r.ec = ec;
-            co_return r;
-        }
-    }
-    co_await flush();
-    co_return r;
-}
-
-awaitable<error_code> session::read_some(tcp::socket& s, boost::beast::flat_buffer& buf) {
-    auto [ec, n] = co_await s.async_read_some(buf.prepare(piece_size), use_tuple);
-    buf.commit(n);
-    co_return timed(ec);
-}
-
-awaitable<error_code> session::write_all(tcp::socket& s, std::string_view data, clock::duration timeout) {
-    track_.arm(timeout);
-    auto [ec, n] = co_await asio::async_write(s, asio::buffer(data), use_tuple);
-    co_return timed(ec);
-}
-
-awaitable<error_code> session::connect(proxy::upstream_connection& up) {
-    track_.watch_upstream(&up.socket);
-    track_.arm(cfg_->upstream.connect_timeout);
-    auto [ec, ep] = co_await asio::async_connect(up.socket, w_.upstream_endpoints, use_tuple);
-    ec = timed(ec);
-    if (!ec) up.socket.set_option(tcp::no_delay(true), ec);
-    co_return ec;
-}
-
-// Copies bytes one way until EOF, then half-closes the other side.
-awaitable<void> session::copy(tcp::socket& from, boost::beast::flat_buffer& buf, tcp::socket& to) {
-    for (;;) {
-        if (buf.size() > 0) {
-            auto [ec, n] = co_await asio::async_write(to, buf.data(), use_tuple);
-            if (ec) break;
-            buf.consume(n);
-        }
-        track_.arm(cfg_->server.idle_timeout);  // the tunnel lives while either side talks
-        auto ec = co_await read_some(from, buf);
-        if (ec && buf.size() == 0) break;
-    }
-    error_code ignored;
-    to.shutdown(tcp::socket::shutdown_send, ignored);
-}
-
-awaitable<void> session::tunnel(proxy::upstream_connection& up) {
-    using namespace asio::experimental::awaitable_operators;
-    co_await (copy(client_, in_, up.socket) && copy(up.socket, up.buffer, client_));
-    error_code ignored;
-    up.socket.close(ignored);
 }
 
 void session::finish(unsigned status) {
@@ -616,7 +484,7 @@ awaitable<void> session::linger() {
     std::size_t discarded = 0;
     while (discarded < 4 * 1024 * 1024) {
         in_.clear();
-        ec = co_await read_some(client_, in_);
+        ec = co_await relay_.read_some(client_, in_);
         if (ec) break;
         discarded += in_.size();
     }

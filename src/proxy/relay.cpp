@@ -1,0 +1,148 @@
+#include "proxy/relay.hpp"
+
+#include "http/message.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/http/error.hpp>
+
+namespace sluice::proxy {
+
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+
+namespace {
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+}  // namespace
+
+error_code relay::timed(error_code ec) const {
+    return ec == asio::error::operation_aborted && track_.expired() ? boost::beast::error::timeout : ec;
+}
+
+template <class Parser>
+awaitable<error_code> relay::read_head(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
+                                       http::clock::duration timeout, bool& got_some) {
+    track_.arm(timeout);
+    for (;;) {
+        if (buf.size() > 0) {
+            got_some = true;
+            error_code ec;
+            auto n = p.put(buf.data(), ec);
+            buf.consume(n);
+            if (!ec && p.is_header_done()) co_return error_code{};
+            if (ec && ec != bhttp::error::need_more) co_return ec;
+        }
+        auto ec = co_await read_some(src, buf);
+        if (ec) co_return ec;
+    }
+}
+
+template <class Parser>
+awaitable<pump_result> relay::pump(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
+                                   http::clock::duration read_timeout, tcp::socket& dst,
+                                   http::clock::duration write_timeout, std::string& out_) {
+    pump_result r;
+    auto flush = [&]() -> awaitable<bool> {
+        if (out_.empty()) co_return true;
+        r.ec = co_await write_all(dst, out_, write_timeout);
+        r.written += out_.size();
+        out_.clear();
+        if (r.ec) r.failed = pump_result::write;
+        co_return !r.ec;
+    };
+    while (!p.is_done()) {
+        bool need_input = buf.size() == 0;
+        if (!need_input) {
+            error_code ec;
+            auto n = p.put(buf.data(), ec);
+            buf.consume(n);
+            if (ec == bhttp::error::need_more || (!ec && n == 0)) {
+                need_input = true;
+            } else if (ec) {
+                r.failed = pump_result::parse;
+                r.ec = ec;
+                co_return r;
+            }
+        }
+        if (out_.size() >= piece_size || (need_input && !out_.empty())) {
+            if (!co_await flush()) co_return r;
+        }
+        if (!need_input) continue;
+        track_.arm(read_timeout);
+        auto ec = co_await read_some(src, buf);
+        if (ec == asio::error::eof) {
+            p.put_eof(ec);
+            if (!ec) continue;
+            ec = asio::error::eof;
+        }
+        if (ec) {
+            r.failed = pump_result::read;
+            r.ec = ec;
+            co_return r;
+        }
+    }
+    co_await flush();
+    co_return r;
+}
+
+awaitable<error_code> relay::read_some(tcp::socket& s, boost::beast::flat_buffer& buf) {
+    auto [ec, n] = co_await s.async_read_some(buf.prepare(piece_size), use_tuple);
+    buf.commit(n);
+    co_return timed(ec);
+}
+
+awaitable<error_code> relay::write_all(tcp::socket& s, std::string_view data, http::clock::duration timeout) {
+    track_.arm(timeout);
+    auto [ec, n] = co_await asio::async_write(s, asio::buffer(data), use_tuple);
+    co_return timed(ec);
+}
+
+awaitable<error_code> relay::connect(upstream_connection& up, const std::vector<tcp::endpoint>& endpoints,
+                                     http::clock::duration timeout) {
+    track_.watch_upstream(&up.socket);
+    track_.arm(timeout);
+    auto [ec, ep] = co_await asio::async_connect(up.socket, endpoints, use_tuple);
+    ec = timed(ec);
+    if (!ec) up.socket.set_option(tcp::no_delay(true), ec);
+    co_return ec;
+}
+
+// Copies bytes one way until EOF, then half-closes the other side.
+awaitable<void> relay::copy(tcp::socket& from, boost::beast::flat_buffer& buf, tcp::socket& to,
+                            http::clock::duration idle) {
+    for (;;) {
+        if (buf.size() > 0) {
+            auto [ec, n] = co_await asio::async_write(to, buf.data(), use_tuple);
+            if (ec) break;
+            buf.consume(n);
+        }
+        track_.arm(idle);  // the tunnel lives while either side talks
+        auto ec = co_await read_some(from, buf);
+        if (ec && buf.size() == 0) break;
+    }
+    error_code ignored;
+    to.shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+awaitable<void> relay::tunnel(tcp::socket& client, boost::beast::flat_buffer& client_buf, upstream_connection& up,
+                              http::clock::duration idle) {
+    using namespace asio::experimental::awaitable_operators;
+    co_await (copy(client, client_buf, up.socket, idle) && copy(up.socket, up.buffer, client, idle));
+    error_code ignored;
+    up.socket.close(ignored);
+}
+
+template awaitable<error_code> relay::read_head(http::response_parser&, tcp::socket&, boost::beast::flat_buffer&,
+                                                http::clock::duration, bool&);
+template awaitable<pump_result> relay::pump(http::request_parser&, tcp::socket&, boost::beast::flat_buffer&,
+                                            http::clock::duration, tcp::socket&, http::clock::duration,
+                                            std::string&);
+template awaitable<pump_result> relay::pump(http::response_parser&, tcp::socket&, boost::beast::flat_buffer&,
+                                            http::clock::duration, tcp::socket&, http::clock::duration,
+                                            std::string&);
+
+}  // namespace sluice::proxy

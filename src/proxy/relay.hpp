@@ -1,0 +1,77 @@
+// The socket-level moves of proxying, on behalf of one client connection: reading a
+// message head, pumping a body from one socket to another in bounded pieces, connecting
+// upstream, and the two-way tunnel after an Upgrade.
+//
+// Every wait is bounded by the connection's deadline, which the relay arms before each
+// operation; an operation the deadline cut short answers beast::error::timeout.
+//
+// Thread: the owning worker's thread only.
+#pragma once
+
+#include "http/connection_set.hpp"
+#include "proxy/pool.hpp"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::proxy {
+
+using error_code = boost::system::error_code;
+using boost::asio::awaitable;
+using boost::asio::ip::tcp;
+
+// Bodies move in pieces of at most this size: memory per connection stays bounded.
+inline constexpr std::size_t piece_size = 64 * 1024;
+
+// Which side of a body transfer failed, if any.
+struct pump_result {
+    enum side { ok, read, write, parse } failed = ok;
+    error_code ec;
+    std::uint64_t written = 0;  // bytes written to the destination
+};
+
+class relay {
+public:
+    explicit relay(http::tracked_connection& track) : track_(track) {}
+
+    // Reads until `p` has a complete head, within `timeout` from now. `got_some` tells
+    // whether any byte arrived (a pooled connection closed before answering sends none).
+    template <class Parser>
+    awaitable<error_code> read_head(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
+                                    http::clock::duration timeout, bool& got_some);
+
+    // Moves the rest of a message from src to dst. The parser's sink appends re-framed body
+    // bytes to `out`, which is flushed to dst once it passes piece_size and whenever the
+    // parser needs more input, so memory stays bounded whatever the body size. Whatever
+    // `out` holds on entry (a head) goes first.
+    template <class Parser>
+    awaitable<pump_result> pump(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
+                                http::clock::duration read_timeout, tcp::socket& dst,
+                                http::clock::duration write_timeout, std::string& out);
+
+    awaitable<error_code> read_some(tcp::socket& s, boost::beast::flat_buffer& buf);
+    awaitable<error_code> write_all(tcp::socket& s, std::string_view data, http::clock::duration timeout);
+    awaitable<error_code> connect(upstream_connection& up, const std::vector<tcp::endpoint>& endpoints,
+                                  http::clock::duration timeout);
+
+    // Copies bytes both ways until both sides have closed, or until neither side has sent
+    // anything for `idle` (bytes already read into the buffers go first).
+    awaitable<void> tunnel(tcp::socket& client, boost::beast::flat_buffer& client_buf, upstream_connection& up,
+                           http::clock::duration idle);
+
+    // operation_aborted caused by the deadline becomes beast::error::timeout.
+    error_code timed(error_code ec) const;
+
+private:
+    awaitable<void> copy(tcp::socket& from, boost::beast::flat_buffer& buf, tcp::socket& to,
+                         http::clock::duration idle);
+
+    http::tracked_connection& track_;
+};
+
+}  // namespace sluice::proxy
