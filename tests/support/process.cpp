@@ -324,7 +324,8 @@ void process::signal(int sig) {
 std::optional<int> process::wait_exit(std::chrono::milliseconds timeout) {
     std::unique_lock lk(mu_);
     reap_locked(false);
-    cv_.wait_for(lk, timeout, [&] { return exit_status_.has_value(); });
+    // Also wait for the pipe's end, so output() then holds everything the child wrote.
+    cv_.wait_for(lk, timeout, [&] { return exit_status_.has_value() && output_closed_; });
     return exit_status_;
 }
 

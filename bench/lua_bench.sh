@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Redis CPU per call of the rate-limit script (lua/rate_limit.lua), by tier mix.
+#
+# Starts its own redis-server on a free loopback port (no persistence), loads the script,
+# and for each scenario drives N EVALSHAs of one fixed call (one identifier, production
+# form: ARGV[1] = "" so the script reads TIME; limits high enough that every call admits
+# and commits, except in `reject`) with redis-benchmark, then reads `usec_per_call` of
+# evalsha from INFO commandstats. `inner` is the usec of the commands the script ran
+# (redis.call) per EVALSHA; `rest` = evalsha - inner: the Lua code, the calls' Lua side
+# and EVALSHA's own overhead. Prints the median of RUNS runs.
+#
+# Before each run: FLUSHALL, then the same call at past instants (time override), so the
+# identifier holds a steady state: buckets over the last hour (every minute), the last
+# minute (every 6 s) and second (every 100 ms), as a client active for an hour has.
+#
+# With several scripts (e.g. the committed one and a candidate), their runs alternate,
+# script by script within each round, so that both see the same machine: on a shared
+# machine, compare scripts in one invocation only.
+#
+# usage: bench/lua_bench.sh [script.lua ...]   env: N (20000), RUNS (5), SCENARIOS (all:
+#        fixed fixed+sliding default gcra log reject), CLIENTS (16), PIPELINE (16)
+# needs: redis-server, redis-cli, redis-benchmark on PATH (or REDIS_SERVER, REDIS_CLI,
+#        REDIS_BENCHMARK). The ARGV layout follows the header of lua/rate_limit.lua
+#        (as src/store/redis_script.cpp builds it).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+scripts=("$@")
+[[ ${#scripts[@]} -gt 0 ]] || scripts=("$here/lua/rate_limit.lua")
+N=${N:-20000}
+RUNS=${RUNS:-5}
+CLIENTS=${CLIENTS:-16}
+PIPELINE=${PIPELINE:-16}
+SERVER=${REDIS_SERVER:-redis-server}
+CLI=${REDIS_CLI:-redis-cli}
+BENCH=${REDIS_BENCHMARK:-redis-benchmark}
+
+free_port() {
+    local p
+    for _ in $(seq 1 50); do
+        p=$((20000 + RANDOM % 30000))
+        if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then echo "$p"; return; fi
+    done
+    echo "no free port" >&2; exit 1
+}
+
+port=$(free_port)
+"$SERVER" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir /tmp \
+    --loglevel warning --daemonize no >/dev/null &
+server_pid=$!
+trap 'kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null || true' EXIT
+cli() { "$CLI" -p "$port" "$@"; }
+for _ in $(seq 1 100); do cli ping >/dev/null 2>&1 && break; sleep 0.05; done
+shas=()
+for f in "${scripts[@]}"; do shas+=("$(cli -x script load <"$f")"); done
+
+# A tier: algorithm limit per_us bucket_us buckets burst interval_us tolerance_us
+# min_interval_us horizon_us id (tier::from's derived values).
+BIG=1000000000
+fixed_1s=(f $BIG 1000000 1000000 1 0 0 0 0 1000000 bench/ip/fixed/1s/1s)
+sliding_1m=(s $BIG 60000000 6000000 10 0 0 0 0 60000000 bench/ip/sliding/1m/6s)
+sliding_1s=(s $BIG 1000000 100000 10 0 0 0 0 1000000 default/ip/sliding/1s/100ms)
+fixed_1m=(f $BIG 60000000 60000000 1 0 0 0 0 60000000 default/ip/fixed/1m/1m)
+sliding_1h=(s $BIG 3600000000 60000000 60 0 0 0 0 3600000000 default/ip/sliding/1h/1m)
+gcra_1s=(g 1000000 1000000 0 1 1000000 1 1000000 0 1000000 bench/ip/gcra/1s/1000000)
+log_1s=(l $BIG 1000000 0 1 0 0 0 0 1000000 bench/ip/log/1s/1s)
+reject_1s=(s 100 1000000 100000 10 0 0 0 0 1000000 bench/ip/sliding/1s/100ms)
+
+declare -A scen=(
+    [fixed]="fixed_1s"
+    [fixed+sliding]="fixed_1s sliding_1m"
+    [default]="sliding_1s fixed_1m sliding_1h"
+    [gcra]="gcra_1s"
+    [log]="log_1s"
+    [reject]="reject_1s"
+)
+order=(fixed fixed+sliding default gcra log reject)
+[[ -n ${SCENARIOS:-} ]] && read -r -a order <<<"$SCENARIOS"
+
+key='bench:{ip:00112233445566778899aabbccddeeff}'
+# CALL: the EVALSHA of script $1 for one identifier with the tiers named by $2...
+call() {
+    local sha=$1
+    shift
+    keys=("$key")
+    local -a argv=("" 1 1 "$#")
+    local name
+    for name in "$@"; do
+        local -n t=$name
+        argv+=("${t[@]}")
+        [[ ${t[0]} == l ]] && keys+=("$key:log:${t[10]}")
+    done
+    CALL=(EVALSHA "$sha" "${#keys[@]}" "${keys[@]}" "${argv[@]}")
+}
+
+warm() {
+    local sec usec t0 k
+    { read -r sec; read -r usec; } < <(cli time)
+    t0=$((sec * 1000000 + usec))
+    {
+        for k in $(seq 59 -1 1); do echo $((t0 - k * 60000000)); done
+        for k in $(seq 9 -1 1); do echo $((t0 - k * 6000000)); done
+        for k in $(seq 9 -1 1); do echo $((t0 - k * 100000)); done
+    } | sort -n | while read -r t; do  # ascending: the key's last time only grows
+        local -a w=("${CALL[@]}")
+        w[$((3 + ${#keys[@]}))]=$t
+        echo "${w[*]}"
+    done | cli >/dev/null
+}
+
+stat() {  # stat <commandstats> <command> <field>
+    awk -F'[:,=]' -v c="cmdstat_$2" -v f="$3" '$1 == c {for (i = 2; i < NF; i += 2) if ($i == f) print $(i+1)}' <<<"$1"
+}
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+# sanity: every call works and returns a decision
+for s in "${order[@]}"; do
+    for sha in "${shas[@]}"; do
+        call "$sha" ${scen[$s]}
+        out=$(cli "${CALL[@]}" 2>&1 | head -1)
+        [[ $out =~ ^[0-9]+$ ]] || { echo "scenario $s: bad reply: $out" >&2; exit 1; }
+    done
+done
+
+for i in "${!scripts[@]}"; do echo "script $i: ${scripts[$i]}"; done
+printf '%-14s %-6s %8s %8s %8s   (N=%d, -c %d -P %d, median of %d runs; µs per EVALSHA)\n' \
+    scenario script evalsha inner rest "$N" "$CLIENTS" "$PIPELINE" "$RUNS"
+for s in "${order[@]}"; do
+    declare -A per=() inn=()
+    for _ in $(seq 1 "$RUNS"); do
+        for i in "${!scripts[@]}"; do
+            call "${shas[$i]}" ${scen[$s]}
+            cli flushall >/dev/null
+            [[ $s == reject ]] || warm
+            cli config resetstat >/dev/null
+            "$BENCH" -p "$port" -n "$N" -c "$CLIENTS" -P "$PIPELINE" -q "${CALL[@]}" >/dev/null
+            st=$(cli info commandstats | tr -d '\r')
+            calls=$(stat "$st" evalsha calls)
+            usec=$(stat "$st" evalsha usec)
+            inner=$(awk -F'[:,=]' -v c="$calls" '/^cmdstat_/ && $1 != "cmdstat_evalsha" && $1 != "cmdstat_config" \
+                     {for (i = 2; i < NF; i += 2) if ($i == "usec") u += $(i+1)} END {printf "%.2f", u / c}' <<<"$st")
+            per[$i]+="$(awk -v u="$usec" -v c="$calls" 'BEGIN {printf "%.2f", u / c}') "
+            inn[$i]+="$inner "
+        done
+    done
+    for i in "${!scripts[@]}"; do
+        m=$(printf '%s\n' ${per[$i]} | median)
+        mi=$(printf '%s\n' ${inn[$i]} | median)
+        printf '%-14s %-6s %8.2f %8.2f %8.2f   runs: %s\n' "$s" "$i" "$m" "$mi" \
+            "$(awk -v a="$m" -v b="$mi" 'BEGIN {printf "%.2f", a - b}')" "${per[$i]}"
+    done
+    unset per inn
+done
