@@ -60,6 +60,22 @@
 
 -- (locals for what a typical call uses more than once; the rest is looked up where used)
 local call, floor, fmt, match = redis.call, math.floor, string.format, string.match
+
+-- gcra: what remains of the tolerance once `debt` (tat - now) is owed, truncated toward
+-- zero like decide.cpp, and when one more unit comes back (0: none is owed).
+local function gcra_quota(debt, tol, T)
+    local q = (tol - debt) / T
+    local remaining
+    if q >= 0 then
+        remaining = floor(q)
+    else
+        remaining = -floor(-q)
+    end
+    if debt > 0 then
+        return remaining, debt - tol + (remaining + 1) * T
+    end
+    return remaining, 0
+end
 local ARGV, KEYS = ARGV, KEYS
 local ERR = 'ERR sluice rate_limit: '
 
@@ -362,29 +378,10 @@ for i = 1, nkeys do
             else
                 admit_at = nxt - tol
             end
-            local q = (tol - debt) / T
-            if q >= 0 then
-                remaining = floor(q)
-            else
-                remaining = -floor(-q)
-            end
-            reset = 0
-            if debt > 0 then
-                reset = debt - tol + (remaining + 1) * T
-            end
+            remaining, reset = gcra_quota(debt, tol, T)
             if ok then
                 if soon then
-                    debt = tat - at
-                    q = (tol - debt) / T
-                    if q >= 0 then
-                        remaining0 = floor(q)
-                    else
-                        remaining0 = -floor(-q)
-                    end
-                    reset0 = 0
-                    if debt > 0 then
-                        reset0 = debt - tol + (remaining0 + 1) * T
-                    end
+                    remaining0, reset0 = gcra_quota(tat - at, tol, T)
                 else
                     value = fmt('%s;%d', at_s, nxt - at)
                 end
