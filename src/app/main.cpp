@@ -9,11 +9,16 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <iostream>
 
 namespace po = boost::program_options;
 
 int main(int argc, char** argv) {
+    // Until the gateway installs its reload handler, a SIGHUP (a deploy script reloading a
+    // moment too early) must not kill the process: there is nothing to reload yet.
+    std::signal(SIGHUP, SIG_IGN);
+    std::signal(SIGPIPE, SIG_IGN);
     po::options_description opts("Usage: sluice --config FILE [options]\n\nOptions");
     opts.add_options()
         ("config,c", po::value<std::string>()->value_name("FILE"), "configuration file (YAML)")
@@ -60,6 +65,11 @@ int main(int argc, char** argv) {
         return 1;
     }
     if (vm.count("check")) {
+        // Everything start-up builds from the file (JWT keys, secrets, routes) is built here too.
+        if (auto why = sluice::app::check_config(cfg); !why.empty()) {
+            std::cerr << vm["config"].as<std::string>() << ": " << why << "\n";
+            return 1;
+        }
         std::cout << vm["config"].as<std::string>() << ": ok\n";
         return 0;
     }

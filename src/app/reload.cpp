@@ -4,27 +4,26 @@ namespace sluice::app {
 
 namespace {
 
-bool same(const config::address& a, const config::address& b) { return a.host == b.host && a.port == b.port; }
-
-bool same(const config::store_config& a, const config::store_config& b) {
-    auto nodes_equal = [&] {
-        if (a.redis_nodes.size() != b.redis_nodes.size()) return false;
-        for (std::size_t i = 0; i < a.redis_nodes.size(); ++i)
-            if (a.redis_nodes[i].host != b.redis_nodes[i].host || a.redis_nodes[i].port != b.redis_nodes[i].port)
-                return false;
-        return true;
-    };
-    return a.type == b.type && a.memory_max_keys == b.memory_max_keys && nodes_equal() &&
-           a.redis_password_env == b.redis_password_env && a.redis_username == b.redis_username &&
-           a.redis_database == b.redis_database && a.redis_timeout == b.redis_timeout &&
-           a.redis_key_prefix == b.redis_key_prefix && a.hash_secret_env == b.hash_secret_env;
+// Keeps the running value of a start-only setting, noting the key if the file changed it.
+template <class T>
+void keep(T& next, const T& running, const char* key, std::vector<std::string>& changed) {
+    if (next == running) return;
+    changed.emplace_back(key);
+    next = running;
 }
 
-// Keeps the running value of a start-only setting, noting the key if the file changed it.
-template <class T, class Same>
-void keep(T& next, const T& running, const char* key, Same&& equal, std::vector<std::string>& changed) {
-    if (!equal(next, running)) changed.emplace_back(key);
-    next = running;
+// A file cut short (an editor's in-place rewrite caught by SIGHUP, a full disk) still
+// parses: YAML has no terminator. One that would remove every policy or route of the
+// running config is taken for such a file rather than for an intent to stop limiting.
+std::string truncated(const config::config& next, const config::config& running) {
+    auto lost = [](const char* what, std::size_t before) {
+        return "the file has no " + std::string(what) + " while the running configuration has " +
+               std::to_string(before) + "; refusing a reload that would turn limiting off (is the file complete?); "
+               "restart Sluice to run without them";
+    };
+    if (next.policies.empty() && !running.policies.empty()) return lost("policies", running.policies.size());
+    if (next.routes.empty() && !running.routes.empty()) return lost("routes", running.routes.size());
+    return {};
 }
 
 }  // namespace
@@ -36,24 +35,29 @@ reload_result load_for_reload(const config::config& running) {
     } catch (const config::config_error& e) {
         return {false, e.what(), nullptr, {}};
     }
+    if (auto why = truncated(*loaded, running); !why.empty()) return {false, running.source + ": " + why, nullptr, {}};
     auto next = std::make_shared<config::config>(*loaded);
     std::vector<std::string> changed;
-    auto eq = [](const auto& a, const auto& b) { return a == b; };
-    auto eq_addr = [](const config::address& a, const config::address& b) { return same(a, b); };
-    keep(next->server.listen, running.server.listen, "server.listen", eq_addr, changed);
-    keep(next->server.threads, running.server.threads, "server.threads", eq, changed);
-    keep(next->server.max_connections, running.server.max_connections, "server.max_connections", eq, changed);
-    keep(next->admin.listen, running.admin.listen, "admin.listen", eq_addr, changed);
-    keep(next->upstream.url, running.upstream.url, "upstream.url",
-         [](const config::upstream_url& a, const config::upstream_url& b) {
-             return a.host == b.host && a.port == b.port && a.base_path == b.base_path;
-         },
+    keep(next->server.listen, running.server.listen, "server.listen", changed);
+    keep(next->server.threads, running.server.threads, "server.threads", changed);
+    keep(next->server.max_connections, running.server.max_connections, "server.max_connections", changed);
+    keep(next->admin.listen, running.admin.listen, "admin.listen", changed);
+    keep(next->upstream.url, running.upstream.url, "upstream.url", changed);
+    keep(next->upstream.max_idle_per_worker, running.upstream.max_idle_per_worker, "upstream.max_idle_per_worker",
          changed);
-    keep(next->upstream.max_idle_per_worker, running.upstream.max_idle_per_worker, "upstream.max_idle_per_worker", eq,
-         changed);
-    keep(next->log.access_path, running.log.access_path, "log.access.path", eq, changed);
-    keep(next->store, running.store, "store",
-         [](const config::store_config& a, const config::store_config& b) { return same(a, b); }, changed);
+    keep(next->log.access_path, running.log.access_path, "log.access.path", changed);
+    // The store is built once at start; store.on_error is read per request and applies at once.
+    auto& st = next->store;
+    const auto& was = running.store;
+    keep(st.type, was.type, "store.type", changed);
+    keep(st.memory_max_keys, was.memory_max_keys, "store.memory.max_keys", changed);
+    keep(st.redis_nodes, was.redis_nodes, "store.redis.nodes", changed);
+    keep(st.redis_password_env, was.redis_password_env, "store.redis.password_env", changed);
+    keep(st.redis_username, was.redis_username, "store.redis.username", changed);
+    keep(st.redis_database, was.redis_database, "store.redis.database", changed);
+    keep(st.redis_timeout, was.redis_timeout, "store.redis.timeout", changed);
+    keep(st.redis_key_prefix, was.redis_key_prefix, "store.redis.key_prefix", changed);
+    keep(st.hash_secret_env, was.hash_secret_env, "store.hash_secret_env", changed);
     return {true, "reloaded " + running.source, next, std::move(changed)};
 }
 

@@ -1,11 +1,11 @@
 #include "app/server.hpp"
 
+#include "app/admin.hpp"
 #include "app/reload.hpp"
-#include "http/access_log.hpp"
-#include "http/admin.hpp"
-#include "http/snapshot.hpp"
-#include "http/worker.hpp"
 #include "metrics/metrics.hpp"
+#include "server/access_log.hpp"
+#include "server/snapshot.hpp"
+#include "server/worker.hpp"
 #include "store/memory_store.hpp"
 #include "store/redis_store.hpp"
 
@@ -93,14 +93,27 @@ private:
 
     std::unique_ptr<store::memory_store> memory_;                // store.type memory: shared
     std::vector<std::unique_ptr<store::redis_store>> redis_;     // store.type redis: one per worker
-    std::vector<std::unique_ptr<http::access_log>> access_logs_;
-    std::vector<std::unique_ptr<http::worker>> workers_;
+    std::vector<std::unique_ptr<server::access_log>> access_logs_;
+    std::atomic<std::size_t> open_connections_{0};  // client connections, every worker
+    std::vector<std::unique_ptr<server::worker>> workers_;
     asio::io_context main_ioc_{1};
-    std::unique_ptr<http::admin_server> admin_;
+    std::unique_ptr<admin_server> admin_;
     asio::signal_set stop_signals_{main_ioc_, SIGINT, SIGTERM};
     asio::signal_set reload_signal_{main_ioc_, SIGHUP};
     asio::steady_timer drain_deadline_{main_ioc_};
+    asio::steady_timer collect_timer_{main_ioc_};
+    void collect_expired();
 };
+
+// Expired identities leave the memory store within a second even when no request comes.
+void gateway::collect_expired() {
+    collect_timer_.expires_after(std::chrono::seconds(1));
+    collect_timer_.async_wait([this](boost::system::error_code ec) {
+        if (ec) return;
+        memory_->collect_expired();
+        collect_expired();
+    });
+}
 
 bool gateway::start_store() {
     using kind = config::store_config::kind;
@@ -186,9 +199,9 @@ bool gateway::start() {
         spdlog::error("cannot resolve upstream host {}: {}", cfg_->upstream.url.host, e.what());
         return false;
     }
-    std::shared_ptr<const http::snapshot> snap;
+    std::shared_ptr<const server::snapshot> snap;
     try {
-        snap = std::make_shared<const http::snapshot>(cfg_, metrics_);
+        snap = std::make_shared<const server::snapshot>(cfg_, metrics_);
     } catch (const std::exception& e) {
         spdlog::error("{}", e.what());
         return false;
@@ -201,24 +214,25 @@ bool gateway::start() {
     identity::hasher hasher(secret ? secret : "");
     if (!start_store()) return false;
     try {
-        access_logs_ = http::access_log::open(cfg_->log.access_path, threads_);
+        access_logs_ = server::access_log::open(cfg_->log.access_path, threads_);
     } catch (const std::exception& e) {
         spdlog::error("cannot open the access log {}: {}", cfg_->log.access_path, e.what());
         return false;
     }
-    const std::size_t per_worker = (cfg_->server.max_connections + threads_ - 1) / threads_;
     try {
         auto ep = endpoint_of(cfg_->server.listen);
         for (unsigned i = 0; i < threads_; ++i) {
             workers_.push_back(
-                std::make_unique<http::worker>(snap, metrics_.worker(i), upstream, per_worker, store_for(i), hasher));
+                std::make_unique<server::worker>(snap, metrics_.worker(i), upstream, open_connections_,
+                                                cfg_->server.max_connections, store_for(i), hasher));
             if (!access_logs_.empty()) workers_.back()->access = access_logs_[i].get();
             open_acceptor(workers_.back()->acceptor, ep);
             ep = workers_.back()->acceptor.local_endpoint();
         }
-        admin_ = std::make_unique<http::admin_server>(
+        admin_ = std::make_unique<admin_server>(
             main_ioc_, endpoint_of(cfg_->admin.listen), metrics_, [this] { return store_ready(); },
-            [this] { return reload(); });
+            [this] { return reload(); },
+            admin_limits{cfg_->server.header_timeout, cfg_->server.idle_timeout, 64});
     } catch (const boost::system::system_error& e) {
         spdlog::error("cannot listen: {}", e.what());
         return false;
@@ -239,6 +253,7 @@ void gateway::drain(int sig) {
     spdlog::info("signal {}: draining for up to {} ms", sig, cfg_->server.drain_timeout.count());
     admin_->stop();
     reload_signal_.cancel();
+    collect_timer_.cancel();
     auto accepting = std::make_shared<std::size_t>(workers_.size());
     for (auto& w : workers_)
         asio::post(w->ioc, [w = w.get(), this, accepting] {
@@ -265,9 +280,9 @@ reload_result gateway::reload() {
         reloads_.Add({{"result", "error"}}).Increment();
         return result;
     }
-    std::shared_ptr<const http::snapshot> snap;
+    std::shared_ptr<const server::snapshot> snap;
     try {
-        snap = std::make_shared<const http::snapshot>(result.cfg, metrics_);
+        snap = std::make_shared<const server::snapshot>(result.cfg, metrics_);
     } catch (const std::exception& e) {
         result = {false, std::string("reload failed, keeping the running configuration: ") + e.what(), {}, {}};
         spdlog::error("{}", result.message);
@@ -316,6 +331,7 @@ int gateway::run() {
         });
     }
     admin_->start();
+    if (memory_) collect_expired();
     main_ioc_.run();
     for (auto& w : workers_) w->ioc.stop();
     for (auto& t : threads) t.join();
@@ -327,8 +343,17 @@ int gateway::run() {
 
 }  // namespace
 
+std::string check_config(std::shared_ptr<const config::config> cfg) {
+    try {
+        metrics::registry m(1);
+        server::snapshot snap(std::move(cfg), m);
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return {};
+}
+
 int run_server(std::shared_ptr<const config::config> cfg, unsigned threads) {
-    std::signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
     gateway g(std::move(cfg), threads);
     return g.run();

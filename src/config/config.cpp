@@ -22,6 +22,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "config/yaml_schema.hpp"
+#include "route/target.hpp"  // a route's path must already be in the router's normal form
 
 namespace sluice::config {
 
@@ -35,7 +36,7 @@ using schema::read_mapping;
 // Reasons, in one place so that the wording stays consistent: "expected ..." when the
 // value has the wrong shape, "must ..." when it has the right shape but a bad value.
 constexpr std::string_view bad_duration = "expected a duration like 250ms, 1s, 5m, 1h";
-constexpr std::string_view duration_too_large = "duration is too large";
+constexpr std::string_view duration_too_large = "duration is too large (at most 87600h, ten years)";
 constexpr std::string_view not_positive = "must be greater than 0";
 constexpr std::string_view bad_size = "expected a size like 16384, 64KiB, 10MiB, 1GiB";
 constexpr std::string_view ambiguous_size_unit = "ambiguous unit, use KiB, MiB or GiB";
@@ -143,7 +144,8 @@ std::optional<std::uint64_t> parse_decimal(std::string_view s) {
 }
 
 // Durations are kept small enough to convert to nanoseconds without overflow.
-constexpr std::uint64_t max_duration_ms = std::numeric_limits<std::int64_t>::max() / 1'000'000;
+// Ten years: every deadline is `now + d` on a nanosecond steady clock, which must not overflow.
+constexpr std::uint64_t max_duration_ms = 10ull * 365 * 24 * 3'600'000;
 
 struct duration_unit {
     std::string_view name;
@@ -485,6 +487,8 @@ void read_server(const node_ref& n, server_config& out) {
          [&](const node_ref& v) { out.idle_timeout = read_duration(v, zero::refused); }},
         {"drain_timeout",
          [&](const node_ref& v) { out.drain_timeout = read_duration(v, zero::allowed); }},
+        {"body_timeout",
+         [&](const node_ref& v) { out.body_timeout = read_duration(v, zero::refused); }},
         {"max_header_bytes",
          [&](const node_ref& v) { out.max_header_bytes = read_size(v, 1024, 1 << 20); }},
         {"max_body_bytes",
@@ -510,6 +514,14 @@ void read_upstream(const node_ref& n, upstream_config& out) {
          [&](const node_ref& v) {
              out.max_idle_per_worker = schema::read_uint_as<std::size_t>(v, 0, 100'000);
          }},
+    });
+}
+
+void read_proxy(const node_ref& n, proxy_config& out) {
+    read_mapping(n, {
+        {"request_buffering", [&](const node_ref& v) { out.request_buffering = schema::read_bool(v); }},
+        {"request_buffer_bytes",
+         [&](const node_ref& v) { out.request_buffer_bytes = read_size(v, 0, 64 << 20); }},
     });
 }
 
@@ -843,10 +855,24 @@ std::string read_method(const node_ref& v) {
     return to_upper(read_checked(v, is_token, bad_method));
 }
 
+// Requests are matched on their normalised path without ";params": a route path in any
+// other form would never match.
+void check_normalised_path(const node_ref& v, const std::string& path) {
+    sluice::route::request_target t;
+    if (const char* why = sluice::route::parse_target("GET", path, t)) {
+        v.fail("\"" + path + "\" is not a valid path: " + why);
+    }
+    if (t.match_path != path) {
+        v.fail("\"" + path + "\" is not a normalised path (did you mean \"" + t.match_path +
+               "\"?)");
+    }
+}
+
 void read_match(const node_ref& n, route_config& r) {
     auto read_path = [&](const node_ref& v, std::string& out) {
         if (!r.path.empty() || !r.path_prefix.empty()) v.fail_at_key(path_and_path_prefix);
         out = read_checked(v, is_route_path, bad_route_path);
+        check_normalised_path(v, out);
     };
     read_mapping(n, {
         {"path", [&](const node_ref& v) { read_path(v, r.path); }},
@@ -856,6 +882,7 @@ void read_match(const node_ref& n, route_config& r) {
          [&](const node_ref& v) {
              r.host = to_lower(read_checked(v, is_dns_name, bad_route_host));
          }},
+        {"case_insensitive", [&](const node_ref& v) { r.case_insensitive = schema::read_bool(v); }},
     });
     if (r.path.empty() && r.path_prefix.empty()) n.fail(route_needs_path);
 }
@@ -920,6 +947,7 @@ void read_config(const node_ref& root, config& out) {
         {"admin", [&](const node_ref& v) { read_admin(v, out.admin); }},
         {"upstream", [&](const node_ref& v) { read_upstream(v, out.upstream); },
          presence::required},
+        {"proxy", [&](const node_ref& v) { read_proxy(v, out.proxy); }},
         {"log", [&](const node_ref& v) { read_log(v, out.log); }},
         {"store", [&](const node_ref& v) { read_store(v, out.store); }},
         {"clients", [&](const node_ref& v) { read_clients(v, out.clients); }},

@@ -26,6 +26,8 @@ struct address {
     std::string host;
     std::uint16_t port = 0;
     std::string to_string() const;  // "127.0.0.1:8080" or "[::1]:8080"
+
+    bool operator==(const address&) const = default;
 };
 
 // "http://host:port[/base-path]". `host` may be an IP literal or a DNS name.
@@ -34,6 +36,8 @@ struct upstream_url {
     std::uint16_t port = 80;
     std::string base_path;  // "" or "/api" (never ends with '/')
     std::string authority;  // host[:port] as written, for the Host header
+
+    bool operator==(const upstream_url&) const = default;
 };
 
 struct server_config {
@@ -43,12 +47,17 @@ struct server_config {
     duration header_timeout = std::chrono::seconds(10);
     duration idle_timeout = std::chrono::seconds(60);
     duration drain_timeout = std::chrono::seconds(10);
+    duration body_timeout = std::chrono::seconds(60);  // the whole request body, first byte to last
     std::size_t max_header_bytes = 16384;
     std::uint64_t max_body_bytes = 10 * 1024 * 1024;
+
+    bool operator==(const server_config&) const = default;
 };
 
 struct admin_config {
     address listen{"127.0.0.1", 9090};
+
+    bool operator==(const admin_config&) const = default;
 };
 
 struct upstream_config {
@@ -56,17 +65,32 @@ struct upstream_config {
     duration connect_timeout = std::chrono::seconds(1);
     duration timeout = std::chrono::seconds(30);
     std::size_t max_idle_per_worker = 64;
+
+    bool operator==(const upstream_config&) const = default;
+};
+
+// How request bodies travel: read whole into memory before the upstream is chosen (up to
+// request_buffer_bytes: a slow client then holds no upstream connection), or streamed.
+struct proxy_config {
+    bool request_buffering = true;
+    std::size_t request_buffer_bytes = 128 * 1024;
+
+    bool operator==(const proxy_config&) const = default;
 };
 
 struct log_config {
     std::string level = "info";        // trace | debug | info | warn | error | off
     std::string access_path = "-";     // log.access.path: a file, "-" (stdout) or "off"
+
+    bool operator==(const log_config&) const = default;
 };
 
 // "host:port" where host may be a DNS name or an IP literal ("[::1]:6379" for IPv6).
 struct host_port {
     std::string host;
     std::uint16_t port = 0;
+
+    bool operator==(const host_port&) const = default;
 };
 
 struct store_config {
@@ -82,12 +106,16 @@ struct store_config {
     std::string redis_key_prefix = "sluice:";             // store.redis.key_prefix
     failure_mode on_error = failure_mode::allow;          // store.on_error: allow | deny
     std::string hash_secret_env = "SLUICE_HASH_SECRET";   // store.hash_secret_env
+
+    bool operator==(const store_config&) const = default;
 };
 
 // An IPv4 or IPv6 network, "10.0.0.0/8", "::1/128"; a bare address means a single host.
 struct cidr {
     boost::asio::ip::address network;  // host bits zeroed
     unsigned prefix = 0;
+
+    bool operator==(const cidr&) const = default;
 };
 
 struct jwt_config {
@@ -97,6 +125,8 @@ struct jwt_config {
     std::string public_key_file;              // required if RS256 or ES256 is listed (PEM)
     std::string claim = "sub";                // the claim that names the user
     duration leeway = std::chrono::seconds(30);  // for exp / nbf
+
+    bool operator==(const jwt_config&) const = default;
 };
 
 struct clients_config {
@@ -107,11 +137,15 @@ struct clients_config {
     std::string api_key_header;                                   // clients.user.api_key_header ("" = none)
     std::optional<jwt_config> jwt;                                // clients.user.jwt
     std::vector<cidr> allow;                                      // clients.allow: bypass every limit
+
+    bool operator==(const clients_config&) const = default;
 };
 
 struct response_config {
     enum class header_style { ietf, legacy, both, none };
     header_style headers = header_style::ietf;
+
+    bool operator==(const response_config&) const = default;
 };
 
 enum class algorithm { fixed, sliding, gcra, log };
@@ -131,12 +165,16 @@ struct tier_config {
     duration precision{0};  // fixed and sliding: the bucket size
     std::int64_t burst = 0;  // gcra
     duration min_interval{0};
+
+    bool operator==(const tier_config&) const = default;
 };
 
 struct policy_config {
     std::string name;
     bool shadow = false;
     std::vector<tier_config> ip, user;
+
+    bool operator==(const policy_config&) const = default;
 };
 
 struct route_config {
@@ -145,8 +183,11 @@ struct route_config {
     std::string path_prefix;           // prefix match (exactly one of the two is set)
     std::vector<std::string> methods;  // upper case; empty = any
     std::string host;                  // lower case, exact; "" = any
+    bool case_insensitive = false;     // compare paths ASCII-lowercased (upstreams that ignore case)
     std::string policy;                // a policy name, or "none" (unlimited)
     std::int64_t cost = 1;             // >= 1 and <= every tier's limit (and gcra burst) of the policy
+
+    bool operator==(const route_config&) const = default;
 };
 
 struct config {
@@ -154,6 +195,7 @@ struct config {
     server_config server;
     admin_config admin;
     upstream_config upstream;
+    proxy_config proxy;
     log_config log;
     store_config store;
     clients_config clients;
@@ -162,6 +204,8 @@ struct config {
     std::vector<route_config> routes;     // in file order; first match wins
 
     const policy_config* find_policy(std::string_view name) const;
+
+    bool operator==(const config&) const = default;
 };
 
 class config_error : public std::runtime_error {

@@ -4,19 +4,27 @@
 
 namespace sluice::http {
 
+tracked_connection::tracked_connection(connection_set& set, boost::asio::ip::tcp::socket& client)
+    : set_(set), client_(client) {
+    set_.list_.push_back(*this);
+}
+
+// A set destroyed first (its io_context torn down with sessions still suspended) has
+// already unlinked every connection.
+tracked_connection::~tracked_connection() {
+    if (is_linked()) set_.list_.erase(set_.list_.iterator_to(*this));
+}
+
 void tracked_connection::expire() {
     expired_ = true;
-    deadline_ = clock::time_point::max();
     boost::system::error_code ignored;
-    if (client_) client_->cancel(ignored);
+    client_.cancel(ignored);
     if (upstream_) upstream_->cancel(ignored);
 }
 
 connection_set::connection_set(boost::asio::io_context& ioc, clock::duration tick) : timer_(ioc), tick_(tick) {}
 
-connection_set::~connection_set() {
-    while (!list_.empty()) list_.pop_front();
-}
+connection_set::~connection_set() { list_.clear(); }
 
 void connection_set::start() {
     timer_.expires_after(tick_);

@@ -6,6 +6,8 @@
 // connection past its deadline; the cancelled operation completes with
 // operation_aborted and the connection sees expired() == true. Unlike
 // beast::tcp_stream's timeout, the socket stays open, so a 408 or 504 can still be sent.
+// An expired deadline stays expired until the next arm(): an operation started after the
+// expiry (the read it meant to cancel had already completed) is cancelled by the next sweep.
 //
 // Thread: the owning worker's thread only.
 #pragma once
@@ -21,20 +23,25 @@ namespace sluice::http {
 
 using clock = std::chrono::steady_clock;
 
+class connection_set;
+
 class tracked_connection
-    : public boost::intrusive::list_base_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>> {
+    : public boost::intrusive::list_base_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>> {
 public:
-    void arm(clock::duration d) {
-        deadline_ = clock::now() + d;
+    // Joins `set` for the connection's lifetime.
+    tracked_connection(connection_set& set, boost::asio::ip::tcp::socket& client);
+    ~tracked_connection();
+    tracked_connection(const tracked_connection&) = delete;
+    tracked_connection& operator=(const tracked_connection&) = delete;
+
+    void arm(clock::duration d) { arm_until(clock::now() + d); }
+    void arm_until(clock::time_point t) {
+        deadline_ = t;
         expired_ = false;
     }
-    void disarm() { deadline_ = clock::time_point::max(); }
     bool expired() const { return expired_; }
-    // Sockets cancelled on expiry or drain. Either may be null.
-    void watch(boost::asio::ip::tcp::socket* client, boost::asio::ip::tcp::socket* upstream) {
-        client_ = client;
-        upstream_ = upstream;
-    }
+    // The upstream socket this connection is using, cancelled with the client's on expiry
+    // or drain; null while it holds none. The caller clears it before the socket goes away.
     void watch_upstream(boost::asio::ip::tcp::socket* upstream) { upstream_ = upstream; }
     // True while waiting for the next request with no byte of it read: safe to close.
     bool idle = true;
@@ -42,9 +49,10 @@ public:
 private:
     friend class connection_set;
     void expire();
+    connection_set& set_;
     clock::time_point deadline_ = clock::time_point::max();
     bool expired_ = false;
-    boost::asio::ip::tcp::socket* client_ = nullptr;
+    boost::asio::ip::tcp::socket& client_;
     boost::asio::ip::tcp::socket* upstream_ = nullptr;
 };
 
@@ -52,15 +60,15 @@ class connection_set {
 public:
     connection_set(boost::asio::io_context& ioc, clock::duration tick);
     ~connection_set();
-    void add(tracked_connection& c) { list_.push_back(c); }
     std::size_t size() const { return list_.size(); }
     void start();
     // Stop the sweep once the set is empty, then call on_empty; expire idle connections now.
     void drain(std::function<void()> on_empty);
 
 private:
+    friend class tracked_connection;
     void sweep();
-    boost::intrusive::list<tracked_connection, boost::intrusive::constant_time_size<false>> list_;
+    boost::intrusive::list<tracked_connection, boost::intrusive::constant_time_size<true>> list_;
     boost::asio::steady_timer timer_;
     clock::duration tick_;
     bool draining_ = false;

@@ -2,11 +2,12 @@
 
 #include <boost/beast/core/string.hpp>
 
-#include <charconv>
+#include "http/response.hpp"
 
 namespace sluice::proxy {
 
 using boost::beast::iequals;
+using http::append_number;
 using bhttp = boost::beast::http::field;
 using boost::beast::http::verb;
 
@@ -16,12 +17,6 @@ std::string_view trim(std::string_view s) {
     while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
     while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
     return s;
-}
-
-void append_number(std::string& out, std::uint64_t n) {
-    char buf[24];
-    auto r = std::to_chars(buf, buf + sizeof buf, n);
-    out.append(buf, r.ptr);
 }
 
 void append_field(std::string& out, std::string_view name, std::string_view value) {
@@ -86,11 +81,36 @@ bool is_hop_by_hop(const http::message_head& head, const http::header_field& f,
     return is_proxy_prefixed(name) || tokens.names(name);
 }
 
+namespace {
+
+bool is_named(const http::message_head& m, const http::header_field& f, std::string_view name) {
+    return f.name == bhttp::unknown && iequals(m.name(f), name);
+}
+
+// Appends "Name: v1, v2, ..., last\r\n": every end-to-end field the predicate picks, in
+// order, as one list (a proxy before us may have added its own field rather than extended
+// the first).
+template <class Pick>
+void append_list(std::string& out, const http::message_head& m, const connection_tokens& tokens,
+                 std::string_view name, Pick&& pick, std::string_view last) {
+    out.append(name);
+    out.append(": ");
+    for (const auto& f : m.fields()) {
+        if (!pick(f) || is_hop_by_hop(m, f, tokens)) continue;
+        out.append(m.value(f));
+        out.append(", ");
+    }
+    out.append(last);
+    out.append("\r\n");
+}
+
+}  // namespace
+
 void write_request_head(std::string& out, const http::message_head& req, const request_context& ctx,
                         body_framing framing, std::uint64_t length) {
     out.append(req.method_text());
     out.push_back(' ');
-    auto target = req.target();
+    auto target = ctx.target.empty() ? req.target() : ctx.target;
     if (!ctx.base_path.empty()) {
         out.append(ctx.base_path);
         if (target.empty() || target.front() != '/') out.push_back('/');
@@ -99,28 +119,31 @@ void write_request_head(std::string& out, const http::message_head& req, const r
     out.append(" HTTP/1.1\r\n");
 
     connection_tokens tokens(req);
-    std::string_view xff, via, host, upgrade;
+    std::string_view host = ctx.host, upgrade, proto, fwd_host;
     for (const auto& f : req.fields()) {
         if (f.name == bhttp::upgrade) upgrade = req.value(f);
         if (is_hop_by_hop(req, f, tokens)) continue;
         switch (f.name) {
             case bhttp::content_length:
             case bhttp::expect:  // answered by Sluice itself
-                continue;
-            case bhttp::via:
-                if (via.empty()) via = req.value(f);
+            case bhttp::via:     // joined below
                 continue;
             case bhttp::host:
+                if (!ctx.host.empty()) continue;  // absolute-form: the target names the host
                 if (host.empty()) host = req.value(f);
                 break;
             case bhttp::unknown: {
                 // Beast has no enumerators for the X-Forwarded-* names.
                 auto name = req.name(f);
-                if (iequals(name, "x-forwarded-for")) {
-                    if (xff.empty()) xff = req.value(f);  // several fields: keep the first list
+                if (iequals(name, "x-forwarded-for")) continue;  // joined below
+                if (iequals(name, "x-forwarded-proto")) {
+                    if (proto.empty()) proto = trim(req.value(f));
                     continue;
                 }
-                if (iequals(name, "x-forwarded-proto") || iequals(name, "x-forwarded-host")) continue;
+                if (iequals(name, "x-forwarded-host")) {
+                    if (fwd_host.empty()) fwd_host = trim(req.value(f));
+                    continue;
+                }
                 break;
             }
             default:
@@ -128,21 +151,17 @@ void write_request_head(std::string& out, const http::message_head& req, const r
         }
         append_field(out, req.name(f), req.value(f));
     }
+    if (!ctx.host.empty()) append_field(out, "Host", ctx.host);
     if (host.empty()) append_field(out, "Host", ctx.upstream_authority);
-    out.append("X-Forwarded-For: ");
-    if (!xff.empty()) {
-        out.append(xff);
-        out.append(", ");
-    }
-    out.append(ctx.client_ip);
-    out.append("\r\nX-Forwarded-Proto: http\r\n");
-    if (!host.empty()) append_field(out, "X-Forwarded-Host", host);
-    out.append("Via: ");
-    if (!via.empty()) {
-        out.append(via);
-        out.append(", ");
-    }
-    out.append(req.version == 10 ? "1.0 sluice\r\n" : "1.1 sluice\r\n");
+    append_list(out, req, tokens, "X-Forwarded-For", [&](const http::header_field& f) { return is_named(req, f, "x-forwarded-for"); },
+                ctx.client_ip);
+    // What a trusted proxy says of the original request stands; anyone else's is replaced.
+    if (!ctx.peer_trusted || (proto != "http" && proto != "https")) proto = "http";
+    append_field(out, "X-Forwarded-Proto", proto);
+    if (!ctx.peer_trusted || fwd_host.empty()) fwd_host = host;
+    if (!fwd_host.empty()) append_field(out, "X-Forwarded-Host", fwd_host);
+    append_list(out, req, tokens, "Via", [](const http::header_field& f) { return f.name == bhttp::via; },
+                req.version == 10 ? "1.0 sluice" : "1.1 sluice");
     if (ctx.upgrade && !upgrade.empty()) {
         append_field(out, "Upgrade", upgrade);
         out.append("Connection: upgrade\r\n");
@@ -160,24 +179,17 @@ void write_response_head(std::string& out, const http::message_head& resp, const
     out.append("\r\n");
 
     connection_tokens tokens(resp);
-    std::string_view via, upgrade;
+    std::string_view upgrade;
     const bool keep_length = ctx.head_request || resp.status == 304;
     for (const auto& f : resp.fields()) {
         if (f.name == bhttp::upgrade) upgrade = resp.value(f);
         if (is_hop_by_hop(resp, f, tokens)) continue;
         if (f.name == bhttp::content_length && !keep_length) continue;
-        if (f.name == bhttp::via) {
-            if (via.empty()) via = resp.value(f);
-            continue;
-        }
+        if (f.name == bhttp::via) continue;  // joined below
         append_field(out, resp.name(f), resp.value(f));
     }
-    out.append("Via: ");
-    if (!via.empty()) {
-        out.append(via);
-        out.append(", ");
-    }
-    out.append(resp.version == 10 ? "1.0 sluice\r\n" : "1.1 sluice\r\n");
+    append_list(out, resp, tokens, "Via", [](const http::header_field& f) { return f.name == bhttp::via; },
+                resp.version == 10 ? "1.0 sluice" : "1.1 sluice");
     out.append(ctx.extra);
     if (ctx.upgrade) {
         append_field(out, "Upgrade", upgrade);

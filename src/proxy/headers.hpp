@@ -4,6 +4,8 @@
 // then Connection, Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade, Proxy-*), and
 // framing (Content-Length) is dropped too since Sluice rebuilds it. Only then are
 // X-Forwarded-For/-Proto/-Host and Via added, so naming them in Connection strips nothing.
+// X-Forwarded-For and Via are lists: every field received is joined, in order, before
+// Sluice's own entry, as if they had come as one field.
 #pragma once
 
 #include "http/message.hpp"
@@ -22,6 +24,9 @@ struct request_context {
     std::string_view upstream_authority;  // Host when the client sent none
     std::string_view base_path;           // prefix for the target, "" for none
     bool upgrade = false;                 // forward Upgrade + Connection: upgrade
+    std::string_view target{};            // origin-form target to send; "" = as received
+    std::string_view host{};              // replaces the Host field ("" = keep the client's)
+    bool peer_trusted = false;            // a trusted proxy: its X-Forwarded-Proto/-Host stand
 };
 
 // Tokens of every Connection field, compared case-insensitively.

@@ -1,21 +1,54 @@
 #include "proxy/pool.hpp"
 
+#include <poll.h>
+
 namespace sluice::proxy {
 
+namespace {
+
+// Whether the socket has anything to read (bytes, EOF or an error) right now.
+bool readable(boost::asio::ip::tcp::socket& s) {
+    pollfd p{s.native_handle(), POLLIN | POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) != 0;
+}
+
+}  // namespace
+
 std::unique_ptr<upstream_connection> pool::take() {
-    if (idle_.empty()) return nullptr;
-    auto c = std::move(idle_.back());
-    idle_.pop_back();
-    c->reused = true;
-    metrics_.set_idle_upstream(idle_.size());
-    return c;
+    while (!idle_.empty()) {
+        auto c = std::move(idle_.back().conn);
+        idle_.pop_back();
+        boost::system::error_code ignored;
+        c->socket.cancel(ignored);  // its watch completes as operation_aborted, touching nothing
+        metrics_.set_idle_upstream(idle_.size());
+        if (readable(c->socket)) continue;
+        c->reused = true;
+        return c;
+    }
+    return nullptr;
 }
 
 void pool::give_back(std::unique_ptr<upstream_connection> c) {
-    if (idle_.size() >= max_idle_ || !c->socket.is_open()) return;
-    c->buffer.clear();
-    idle_.push_back(std::move(c));
+    if (idle_.size() >= max_idle_ || !c->socket.is_open() || c->buffer.size() != 0) return;
+    idle_.push_back({std::move(c), next_serial_++});
+    watch(idle_.back());
     metrics_.set_idle_upstream(idle_.size());
+}
+
+void pool::watch(entry& e) {
+    e.conn->socket.async_wait(boost::asio::socket_base::wait_read,
+                              [this, serial = e.serial](boost::system::error_code ec) {
+                                  if (ec != boost::asio::error::operation_aborted) drop(serial);
+                              });
+}
+
+void pool::drop(std::uint64_t serial) {
+    for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+        if (it->serial != serial) continue;
+        idle_.erase(it);
+        metrics_.set_idle_upstream(idle_.size());
+        return;
+    }
 }
 
 void pool::close_all() {

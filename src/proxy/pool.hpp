@@ -2,8 +2,11 @@
 //
 // take() hands out the most recently used idle connection (LIFO: the one least likely to
 // have been closed by the upstream's own idle timeout); give_back() keeps it if the pool
-// holds fewer than max_idle. Idle connections are not watched: one the upstream closed
-// is found out on reuse, and the caller retries idempotent requests once.
+// holds fewer than max_idle. An idle connection is watched: one that becomes readable (the
+// upstream closed it, or sent bytes no request asked for) is closed at once, and take()
+// checks again before handing one out, so a stray byte can never become the next
+// client's response. One the upstream closes between that check and the write is found
+// out on reuse, and the caller retries idempotent requests once.
 //
 // Thread: the owning worker's thread only.
 #pragma once
@@ -13,6 +16,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -29,13 +33,23 @@ class pool {
 public:
     pool(std::size_t max_idle, metrics::shard& metrics) : max_idle_(max_idle), metrics_(metrics) {}
     std::unique_ptr<upstream_connection> take();
+    // Keeps `c` for reuse. Only for a connection whose last response ended exactly at its
+    // framing with nothing more read (c->buffer empty).
     void give_back(std::unique_ptr<upstream_connection> c);
     void close_all();
     std::size_t idle() const { return idle_.size(); }
 
 private:
-    std::vector<std::unique_ptr<upstream_connection>> idle_;
+    struct entry {
+        std::unique_ptr<upstream_connection> conn;
+        std::uint64_t serial;  // tells a watch's handler whether its connection is still here
+    };
+    void watch(entry& e);
+    void drop(std::uint64_t serial);
+
+    std::vector<entry> idle_;
     std::size_t max_idle_;
+    std::uint64_t next_serial_ = 0;
     metrics::shard& metrics_;
 };
 

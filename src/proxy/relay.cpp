@@ -1,11 +1,10 @@
 #include "proxy/relay.hpp"
 
+#include "http/async.hpp"
 #include "http/message.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
@@ -15,9 +14,29 @@ namespace sluice::proxy {
 namespace asio = boost::asio;
 namespace bhttp = boost::beast::http;
 
+using http::use_tuple;
+
 namespace {
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+// Feeds what `buf` holds to the parser. Sets need_input when it cannot go on without more
+// bytes; fails rather than let a line without an end grow the buffer past max_pending_line.
+template <class Parser>
+error_code feed(Parser& p, boost::beast::flat_buffer& buf, bool& need_input) {
+    need_input = buf.size() == 0;
+    if (need_input) return {};
+    error_code ec;
+    auto n = p.put(buf.data(), ec);
+    buf.consume(n);
+    if (ec == bhttp::error::need_more || (!ec && n == 0)) {
+        need_input = true;
+        return buf.size() >= max_pending_line ? error_code(bhttp::error::bad_chunk) : error_code{};
+    }
+    return ec;
+}
+
 }  // namespace
+
+bool relay::is_timeout(const error_code& ec) { return ec == boost::beast::error::timeout; }
 
 error_code relay::timed(error_code ec) const {
     return ec == asio::error::operation_aborted && track_.expired() ? boost::beast::error::timeout : ec;
@@ -25,8 +44,8 @@ error_code relay::timed(error_code ec) const {
 
 template <class Parser>
 awaitable<error_code> relay::read_head(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
-                                       http::clock::duration timeout, bool& got_some) {
-    track_.arm(timeout);
+                                       http::clock::time_point deadline, bool& got_some) {
+    track_.arm_until(deadline);
     for (;;) {
         if (buf.size() > 0) {
             got_some = true;
@@ -43,8 +62,8 @@ awaitable<error_code> relay::read_head(Parser& p, tcp::socket& src, boost::beast
 
 template <class Parser>
 awaitable<pump_result> relay::pump(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
-                                   http::clock::duration read_timeout, tcp::socket& dst,
-                                   http::clock::duration write_timeout, std::string& out_) {
+                                   http::clock::duration read_timeout, http::clock::time_point read_deadline,
+                                   tcp::socket& dst, http::clock::duration write_timeout, std::string& out_) {
     pump_result r;
     auto flush = [&]() -> awaitable<bool> {
         if (out_.empty()) co_return true;
@@ -55,24 +74,17 @@ awaitable<pump_result> relay::pump(Parser& p, tcp::socket& src, boost::beast::fl
         co_return !r.ec;
     };
     while (!p.is_done()) {
-        bool need_input = buf.size() == 0;
-        if (!need_input) {
-            error_code ec;
-            auto n = p.put(buf.data(), ec);
-            buf.consume(n);
-            if (ec == bhttp::error::need_more || (!ec && n == 0)) {
-                need_input = true;
-            } else if (ec) {
-                r.failed = pump_result::parse;
-                r.ec = ec;
-                co_return r;
-            }
+        bool need_input = false;
+        if (auto ec = feed(p, buf, need_input)) {
+            r.failed = pump_result::parse;
+            r.ec = ec;
+            co_return r;
         }
         if (out_.size() >= piece_size || (need_input && !out_.empty())) {
             if (!co_await flush()) co_return r;
         }
         if (!need_input) continue;
-        track_.arm(read_timeout);
+        track_.arm_until(std::min(http::clock::now() + read_timeout, read_deadline));
         auto ec = co_await read_some(src, buf);
         if (ec == asio::error::eof) {
             p.put_eof(ec);
@@ -86,6 +98,29 @@ awaitable<pump_result> relay::pump(Parser& p, tcp::socket& src, boost::beast::fl
         }
     }
     co_await flush();
+    co_return r;
+}
+
+template <class Parser>
+awaitable<pump_result> relay::fill(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
+                                   http::clock::time_point deadline, std::string& out, std::size_t limit) {
+    pump_result r;
+    track_.arm_until(deadline);
+    while (!p.is_done() && out.size() <= limit) {
+        bool need_input = false;
+        if (auto ec = feed(p, buf, need_input)) {
+            r.failed = pump_result::parse;
+            r.ec = ec;
+            co_return r;
+        }
+        if (!need_input) continue;
+        auto ec = co_await read_some(src, buf);
+        if (ec) {
+            r.failed = pump_result::read;
+            r.ec = ec;
+            co_return r;
+        }
+    }
     co_return r;
 }
 
@@ -103,7 +138,6 @@ awaitable<error_code> relay::write_all(tcp::socket& s, std::string_view data, ht
 
 awaitable<error_code> relay::connect(upstream_connection& up, const std::vector<tcp::endpoint>& endpoints,
                                      http::clock::duration timeout) {
-    track_.watch_upstream(&up.socket);
     track_.arm(timeout);
     auto [ec, ep] = co_await asio::async_connect(up.socket, endpoints, use_tuple);
     ec = timed(ec);
@@ -137,12 +171,14 @@ awaitable<void> relay::tunnel(tcp::socket& client, boost::beast::flat_buffer& cl
 }
 
 template awaitable<error_code> relay::read_head(http::response_parser&, tcp::socket&, boost::beast::flat_buffer&,
-                                                http::clock::duration, bool&);
+                                                http::clock::time_point, bool&);
 template awaitable<pump_result> relay::pump(http::request_parser&, tcp::socket&, boost::beast::flat_buffer&,
-                                            http::clock::duration, tcp::socket&, http::clock::duration,
-                                            std::string&);
+                                            http::clock::duration, http::clock::time_point, tcp::socket&,
+                                            http::clock::duration, std::string&);
 template awaitable<pump_result> relay::pump(http::response_parser&, tcp::socket&, boost::beast::flat_buffer&,
-                                            http::clock::duration, tcp::socket&, http::clock::duration,
-                                            std::string&);
+                                            http::clock::duration, http::clock::time_point, tcp::socket&,
+                                            http::clock::duration, std::string&);
+template awaitable<pump_result> relay::fill(http::request_parser&, tcp::socket&, boost::beast::flat_buffer&,
+                                            http::clock::time_point, std::string&, std::size_t);
 
 }  // namespace sluice::proxy

@@ -27,6 +27,9 @@ using boost::asio::ip::tcp;
 
 // Bodies move in pieces of at most this size: memory per connection stays bounded.
 inline constexpr std::size_t piece_size = 64 * 1024;
+// The most a parser may hold unparsed while it waits for a line end (a chunk header with
+// its extensions, a trailer): a longer line is a parse error, not a reason to buffer on.
+inline constexpr std::size_t max_pending_line = 64 * 1024;
 
 // Which side of a body transfer failed, if any.
 struct pump_result {
@@ -39,20 +42,28 @@ class relay {
 public:
     explicit relay(http::tracked_connection& track) : track_(track) {}
 
-    // Reads until `p` has a complete head, within `timeout` from now. `got_some` tells
-    // whether any byte arrived (a pooled connection closed before answering sends none).
+    // Reads until `p` has a complete head, by `deadline`. `got_some` tells whether any
+    // byte arrived (a pooled connection closed before answering sends none).
     template <class Parser>
     awaitable<error_code> read_head(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
-                                    http::clock::duration timeout, bool& got_some);
+                                    http::clock::time_point deadline, bool& got_some);
 
     // Moves the rest of a message from src to dst. The parser's sink appends re-framed body
     // bytes to `out`, which is flushed to dst once it passes piece_size and whenever the
     // parser needs more input, so memory stays bounded whatever the body size. Whatever
-    // `out` holds on entry (a head) goes first.
+    // `out` holds on entry (a head) goes first. Each read waits at most `read_timeout` and
+    // none past `read_deadline`; each write at most `write_timeout`.
     template <class Parser>
     awaitable<pump_result> pump(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
-                                http::clock::duration read_timeout, tcp::socket& dst,
-                                http::clock::duration write_timeout, std::string& out);
+                                http::clock::duration read_timeout, http::clock::time_point read_deadline,
+                                tcp::socket& dst, http::clock::duration write_timeout, std::string& out);
+
+    // Parses what `src` sends into `p`'s sink (appending to `out`) until the message is
+    // done or `out` holds more than `limit` bytes, by `deadline`. Only `failed` of read
+    // and parse is set; `written` stays 0.
+    template <class Parser>
+    awaitable<pump_result> fill(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
+                                http::clock::time_point deadline, std::string& out, std::size_t limit);
 
     awaitable<error_code> read_some(tcp::socket& s, boost::beast::flat_buffer& buf);
     awaitable<error_code> write_all(tcp::socket& s, std::string_view data, http::clock::duration timeout);
@@ -66,6 +77,7 @@ public:
 
     // operation_aborted caused by the deadline becomes beast::error::timeout.
     error_code timed(error_code ec) const;
+    static bool is_timeout(const error_code& ec);
 
 private:
     awaitable<void> copy(tcp::socket& from, boost::beast::flat_buffer& buf, tcp::socket& to,

@@ -111,6 +111,13 @@ boost::asio::awaitable<limit::check_result> memory_store::check(limit::check_req
     co_return *try_check(r);
 }
 
+void memory_store::collect_expired() {
+    for (std::size_t i = 0; i < stripe_count; ++i) {
+        std::lock_guard lock(stripes_[i].mu);
+        sweep(stripes_[i], clock_());
+    }
+}
+
 std::size_t memory_store::keys_held() const {
     std::size_t total = 0;
     for (std::size_t i = 0; i < stripe_count; ++i) total += stripes_[i].size.load(std::memory_order_relaxed);

@@ -37,6 +37,9 @@ public:
     boost::asio::awaitable<limit::check_result> check(limit::check_request r) override;
     std::size_t keys_held() const override;
     std::uint64_t evictions() const;
+    // Drops every identifier whose windows have all passed, one stripe lock at a time.
+    // Requests sweep as they go; this frees the memory of a burst when no traffic follows.
+    void collect_expired();
 
 private:
     struct map_key {

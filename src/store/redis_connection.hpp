@@ -64,7 +64,7 @@ struct redis_connection_options {
     redis_clock::duration connect_timeout = std::chrono::seconds(1);  // TCP connect, then handshake
     std::size_t max_in_flight = 1024;
     redis_clock::duration backoff_first = std::chrono::milliseconds(50);
-    redis_clock::duration backoff_max = std::chrono::seconds(2);
+    redis_clock::duration backoff_max = std::chrono::seconds(1);  // the README promises a second
     std::string script;  // loaded on every connect and after NOSCRIPT; "" = none
 
     // From store.redis.*: the first node, the password read from the environment variable

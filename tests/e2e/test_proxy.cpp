@@ -99,16 +99,31 @@ TEST_CASE("hop-by-hop fields are removed both ways, and cannot strip the forward
 }
 
 TEST_CASE("framing headers sent upstream are rebuilt, not copied") {
-    proxy_fixture f;
-    connection c("127.0.0.1", f.gw->port);
-    c.send("POST /chunky HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
-           "4;note=x\r\nwiki\r\n5\r\npedia\r\n0\r\nX-Trailer: t\r\n\r\n");
-    auto r = c.read_response();
-    REQUIRE(r.status == 200);
-    auto echo = json_of(r);
-    CHECK(echo.at("body").as_string() == "wikipedia");
-    CHECK(echoed(echo, "Transfer-Encoding") == "chunked");
-    CHECK(echoed(echo, "Content-Length").empty());
+    const std::string chunked_post =
+        "POST /chunky HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "4;note=x\r\nwiki\r\n5\r\npedia\r\n0\r\nX-Trailer: t\r\n\r\n";
+    SUBCASE("streamed: re-chunked") {
+        proxy_fixture f(yaml_overrides{{"proxy.request_buffering", "false"}});
+        connection c("127.0.0.1", f.gw->port);
+        c.send(chunked_post);
+        auto r = c.read_response();
+        REQUIRE(r.status == 200);
+        auto echo = json_of(r);
+        CHECK(echo.at("body").as_string() == "wikipedia");
+        CHECK(echoed(echo, "Transfer-Encoding") == "chunked");
+        CHECK(echoed(echo, "Content-Length").empty());
+    }
+    SUBCASE("read ahead (the default): sent with its length") {
+        proxy_fixture f;
+        connection c("127.0.0.1", f.gw->port);
+        c.send(chunked_post);
+        auto r = c.read_response();
+        REQUIRE(r.status == 200);
+        auto echo = json_of(r);
+        CHECK(echo.at("body").as_string() == "wikipedia");
+        CHECK(echoed(echo, "Transfer-Encoding").empty());
+        CHECK(echoed(echo, "Content-Length") == "9");
+    }
 }
 
 TEST_CASE("chunked and close-delimited responses are relayed") {

@@ -60,6 +60,46 @@ TEST_CASE("forwarding fields extend what the client sent") {
     CHECK(contains(out, "Via: 1.0 edge, 1.1 sluice\r\n"));
 }
 
+TEST_CASE("several X-Forwarded-For and Via fields are joined in order, then extended") {
+    // HAProxy's `option forwardfor` adds a field of its own after the client's.
+    auto req = parse_head(
+        "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 6.6.6.6\r\nVia: 1.0 a\r\nX-Forwarded-For: 1.2.3.4\r\n"
+        "Via: 1.1 b\r\n\r\n");
+    std::string out;
+    proxy::write_request_head(out, req, {"127.0.0.1", "up", "", false}, proxy::body_framing::none, 0);
+    CHECK(contains(out, "X-Forwarded-For: 6.6.6.6, 1.2.3.4, 127.0.0.1\r\n"));
+    CHECK(contains(out, "Via: 1.0 a, 1.1 b, 1.1 sluice\r\n"));
+}
+
+TEST_CASE("X-Forwarded-Proto and -Host stand when a trusted proxy sent them, and only then") {
+    auto req = parse_head(
+        "GET / HTTP/1.1\r\nHost: inner\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: api.example\r\n\r\n");
+    std::string out;
+    proxy::write_request_head(out, req, {"10.0.0.1", "up", "", false, {}, {}, true}, proxy::body_framing::none, 0);
+    CHECK(contains(out, "X-Forwarded-Proto: https\r\n"));
+    CHECK(contains(out, "X-Forwarded-Host: api.example\r\n"));
+    out.clear();
+    proxy::write_request_head(out, req, {"10.0.0.1", "up", "", false, {}, {}, false}, proxy::body_framing::none, 0);
+    CHECK(contains(out, "X-Forwarded-Proto: http\r\n"));
+    CHECK(contains(out, "X-Forwarded-Host: inner\r\n"));
+    CHECK_FALSE(contains(out, "https"));
+    // A value that is no scheme is replaced even from a trusted proxy.
+    auto odd = parse_head("GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-Proto: javascript\r\n\r\n");
+    out.clear();
+    proxy::write_request_head(out, odd, {"10.0.0.1", "up", "", false, {}, {}, true}, proxy::body_framing::none, 0);
+    CHECK(contains(out, "X-Forwarded-Proto: http\r\n"));
+}
+
+TEST_CASE("the normalised target is sent, and an absolute-form authority replaces Host") {
+    auto req = parse_head("GET http://api.example/a/../login?q=1 HTTP/1.1\r\nHost: other\r\n\r\n");
+    std::string out;
+    proxy::write_request_head(out, req, {"1.1.1.1", "up", "", false, "/login?q=1", "api.example"},
+                              proxy::body_framing::none, 0);
+    CHECK(out.rfind("GET /login?q=1 HTTP/1.1\r\n", 0) == 0);
+    CHECK(contains(out, "Host: api.example\r\n"));
+    CHECK_FALSE(contains(out, "other"));
+}
+
 TEST_CASE("framing is rebuilt, never copied") {
     auto req = parse_head("POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n");
     std::string out;

@@ -1,4 +1,4 @@
-#include "http/access_log.hpp"
+#include "server/access_log.hpp"
 
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
@@ -9,7 +9,7 @@
 #include <chrono>
 #include <ctime>
 
-namespace sluice::http {
+namespace sluice::server {
 
 namespace {
 
@@ -73,4 +73,4 @@ void access_log::write(const access_record& r) {
     logger_->info(line_);
 }
 
-}  // namespace sluice::http
+}  // namespace sluice::server

@@ -1,14 +1,13 @@
-#include "http/worker.hpp"
+#include "server/worker.hpp"
 
-#include "http/session.hpp"
+#include "http/async.hpp"
+#include "server/session.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
-namespace sluice::http {
+namespace sluice::server {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
@@ -33,7 +32,7 @@ void report(std::exception_ptr e) {
 }
 
 asio::awaitable<void> accept_loop(worker& w) {
-    constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+    using http::use_tuple;
     for (;;) {
         auto [ec, socket] = co_await w.acceptor.async_accept(use_tuple);
         if (!w.acceptor.is_open() || ec == asio::error::operation_aborted) co_return;
@@ -44,7 +43,7 @@ asio::awaitable<void> accept_loop(worker& w) {
             co_await t.async_wait(use_tuple);
             continue;
         }
-        if (w.connections.size() >= w.max_connections) {
+        if (w.open_connections.load(std::memory_order_relaxed) >= w.max_connections) {
             w.metrics.connection_rejected();
             boost::system::error_code ignored;
             socket.close(ignored);
@@ -57,11 +56,12 @@ asio::awaitable<void> accept_loop(worker& w) {
 }  // namespace
 
 worker::worker(std::shared_ptr<const snapshot> s, metrics::shard& m, std::vector<tcp::endpoint> up,
-               std::size_t max_conns, limit::store& st, identity::hasher h)
+               std::atomic<std::size_t>& open_conns, std::size_t max_conns, limit::store& st, identity::hasher h)
     : metrics(m),
       store(st),
       hasher(std::move(h)),
       upstream_endpoints(std::move(up)),
+      open_connections(open_conns),
       max_connections(max_conns),
       connections(ioc, sweep_tick(*s->cfg)),
       pool(s->cfg->upstream.max_idle_per_worker, m) {
@@ -86,4 +86,4 @@ void worker::begin_drain(std::function<void()> on_drained) {
     connections.drain(std::move(on_drained));
 }
 
-}  // namespace sluice::http
+}  // namespace sluice::server

@@ -7,7 +7,7 @@
 
 #include "config/config.hpp"
 #include "http/connection_set.hpp"
-#include "http/snapshot.hpp"
+#include "server/snapshot.hpp"
 #include "identity/hasher.hpp"
 #include "limit/store.hpp"
 #include "metrics/metrics.hpp"
@@ -16,14 +16,18 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
-namespace sluice::http {
+namespace sluice::server {
+
+using http::clock;
+using http::connection_set;
 
 struct worker {
     worker(std::shared_ptr<const snapshot> s, metrics::shard& m, std::vector<boost::asio::ip::tcp::endpoint> up,
-           std::size_t max_conns, limit::store& st, identity::hasher h);
+           std::atomic<std::size_t>& open_conns, std::size_t max_conns, limit::store& st, identity::hasher h);
 
     boost::asio::io_context ioc{1};
     // The current snapshot, behind a control block of this worker's own: copying it per
@@ -34,7 +38,11 @@ struct worker {
     identity::hasher hasher;
     class access_log* access = nullptr;  // null: access log off
     std::vector<boost::asio::ip::tcp::endpoint> upstream_endpoints;
-    std::size_t max_connections;  // this worker's share of server.max_connections
+    // Client connections open in every worker, against server.max_connections: one count
+    // for all (the kernel spreads connections unevenly, so a per-worker share refuses early).
+    // Touched once per connection, never per request.
+    std::atomic<std::size_t>& open_connections;
+    std::size_t max_connections;
     connection_set connections;
     proxy::pool pool;
     boost::asio::ip::tcp::acceptor acceptor{ioc};
@@ -49,4 +57,4 @@ struct worker {
     void set_snapshot(std::shared_ptr<const snapshot> s);
 };
 
-}  // namespace sluice::http
+}  // namespace sluice::server

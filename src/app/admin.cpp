@@ -1,8 +1,8 @@
-#include "http/admin.hpp"
+#include "app/admin.hpp"
 
-#include <boost/asio/as_tuple.hpp>
+#include "http/async.hpp"
+
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/read.hpp>
@@ -11,16 +11,16 @@
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
 
-namespace sluice::http {
+namespace sluice::app {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
 using tcp = asio::ip::tcp;
 
-namespace {
+using http::use_tuple;
 
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+namespace {
 
 struct admin_hooks {
     const metrics::registry& metrics;
@@ -82,17 +82,33 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
     return res;
 }
 
-asio::awaitable<void> serve_admin(tcp::socket socket, admin_hooks hooks) {
+// The answer to a request the admin listener could not read: JSON, then close.
+bhttp::response<bhttp::string_body> refusal(const beast::error_code& ec) {
+    const bool too_large = ec == bhttp::error::header_limit || ec == bhttp::error::body_limit;
+    bhttp::response<bhttp::string_body> res{too_large ? bhttp::status::payload_too_large : bhttp::status::bad_request,
+                                            11};
+    res.set(bhttp::field::content_type, "application/json");
+    res.body() = too_large ? R"({"error":"payload_too_large","message":"admin requests are limited to 16 KiB of header and 64 KiB of body"})"
+                           : R"({"error":"bad_request","message":"malformed request"})";
+    res.keep_alive(false);
+    res.prepare_payload();
+    return res;
+}
+
+asio::awaitable<void> serve_admin(tcp::socket socket, admin_hooks hooks, admin_limits limits) {
     beast::tcp_stream stream(std::move(socket));
     beast::flat_buffer buffer;
-    for (;;) {
+    for (bool first = true;; first = false) {
         bhttp::request_parser<bhttp::string_body> parser;
         parser.header_limit(16 * 1024);
         parser.body_limit(64 * 1024);
-        stream.expires_after(std::chrono::seconds(30));
+        stream.expires_after(first ? limits.header_timeout : limits.idle_timeout);
         auto [ec, n] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
-        if (ec) break;
-        auto res = answer(parser.get(), hooks);
+        if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
+            ec == asio::error::connection_reset || ec == asio::error::operation_aborted)
+            break;
+        auto res = ec ? refusal(ec) : answer(parser.get(), hooks);
+        stream.expires_after(limits.header_timeout);
         auto [wec, wn] = co_await bhttp::async_write(stream, res, use_tuple);
         if (wec || !res.keep_alive()) break;
     }
@@ -103,8 +119,14 @@ asio::awaitable<void> serve_admin(tcp::socket socket, admin_hooks hooks) {
 }  // namespace
 
 admin_server::admin_server(asio::io_context& ioc, tcp::endpoint listen, const metrics::registry& metrics,
-                           std::function<bool()> ready, std::function<app::reload_result()> reload)
-    : ioc_(ioc), acceptor_(ioc), metrics_(metrics), ready_(std::move(ready)), reload_(std::move(reload)) {
+                           std::function<bool()> ready, std::function<app::reload_result()> reload,
+                           admin_limits limits)
+    : ioc_(ioc),
+      acceptor_(ioc),
+      metrics_(metrics),
+      ready_(std::move(ready)),
+      reload_(std::move(reload)),
+      limits_(limits) {
     acceptor_.open(listen.protocol());
     acceptor_.set_option(asio::socket_base::reuse_address(true));
     acceptor_.bind(listen);
@@ -119,9 +141,13 @@ void admin_server::start() {
                 auto [ec, socket] = co_await acceptor_.async_accept(use_tuple);
                 if (!acceptor_.is_open()) co_return;
                 if (ec) continue;
-                asio::co_spawn(ioc_, serve_admin(std::move(socket), admin_hooks{metrics_, ready_, reload_}), [](std::exception_ptr e) {
-                    if (e) spdlog::warn("admin connection ended by an exception");
-                });
+                if (open_ >= limits_.max_connections) continue;  // the socket closes as it goes out of scope
+                ++open_;
+                asio::co_spawn(ioc_, serve_admin(std::move(socket), admin_hooks{metrics_, ready_, reload_}, limits_),
+                               [this](std::exception_ptr e) {
+                                   --open_;
+                                   if (e) spdlog::warn("admin connection ended by an exception");
+                               });
             }
         },
         [](std::exception_ptr e) {
@@ -134,4 +160,4 @@ void admin_server::stop() {
     acceptor_.close(ignored);
 }
 
-}  // namespace sluice::http
+}  // namespace sluice::app

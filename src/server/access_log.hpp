@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-namespace sluice::http {
+namespace sluice::server {
 
 struct access_record {
     std::string_view peer, method, path, route, policy, decision;
@@ -47,4 +47,4 @@ private:
     std::string line_;
 };
 
-}  // namespace sluice::http
+}  // namespace sluice::server

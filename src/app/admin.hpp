@@ -3,22 +3,28 @@
 // Thread: runs on the io_context it is given (the app's main thread).
 #pragma once
 
+#include "app/reload.hpp"
 #include "metrics/metrics.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
-#include "app/reload.hpp"
-
+#include <chrono>
 #include <functional>
 
-namespace sluice::http {
+namespace sluice::app {
+
+struct admin_limits {
+    std::chrono::milliseconds header_timeout{10'000};  // a request, and writing its answer
+    std::chrono::milliseconds idle_timeout{60'000};    // between requests
+    std::size_t max_connections = 64;                  // more are closed at once
+};
 
 class admin_server {
 public:
     // `reload` re-reads the config file (POST /reload); it runs on this io_context's thread.
     admin_server(boost::asio::io_context& ioc, boost::asio::ip::tcp::endpoint listen, const metrics::registry& metrics,
-                 std::function<bool()> ready, std::function<app::reload_result()> reload);
+                 std::function<bool()> ready, std::function<app::reload_result()> reload, admin_limits limits);
     boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
     void start();
     void stop();
@@ -29,6 +35,8 @@ private:
     const metrics::registry& metrics_;
     std::function<bool()> ready_;
     std::function<app::reload_result()> reload_;
+    admin_limits limits_;
+    std::size_t open_ = 0;
 };
 
-}  // namespace sluice::http
+}  // namespace sluice::app

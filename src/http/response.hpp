@@ -1,0 +1,70 @@
+// Sluice's own answers: every failure a request can meet, as one table of
+// {status, code, message}, and the builders of the bytes sent for them and for a 429.
+//
+// Thread: pure functions and constants; any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace sluice::http {
+
+// One answer Sluice gives instead of (or in place of) the upstream's. `code` is the JSON
+// "error" value clients can branch on; `message` says what happened, for people.
+struct failure {
+    unsigned status;
+    std::string_view code;
+    std::string_view message;
+    // The same failure with a message of the moment (which must outlive the answer).
+    failure with(std::string_view m) const { return {status, code, m}; }
+};
+
+// The README's table of error answers lists these; keep the two in step.
+namespace fail {
+inline constexpr failure bad_request{400, "bad_request", "malformed request"};
+inline constexpr failure bad_framing{400, "bad_request",
+                                     "ambiguous message framing: Transfer-Encoding must be exactly \"chunked\" and "
+                                     "cannot be combined with Content-Length"};
+inline constexpr failure bad_length{400, "bad_request", "invalid Content-Length"};
+inline constexpr failure bad_coding{400, "bad_request", "invalid Transfer-Encoding"};
+inline constexpr failure bad_host{400, "bad_request", "an HTTP/1.1 request needs exactly one Host field"};
+inline constexpr failure bad_target{400, "bad_request", "invalid request target"};
+inline constexpr failure bad_body{400, "bad_request", "malformed request body"};
+inline constexpr failure unauthorized{401, "unauthorized", "invalid credentials"};
+inline constexpr failure connect_refused{405, "method_not_allowed", "CONNECT is not supported"};
+inline constexpr failure header_timeout{408, "request_timeout",
+                                        "the request header did not arrive within server.header_timeout"};
+inline constexpr failure body_timeout{408, "request_timeout",
+                                      "the request body did not arrive within server.body_timeout"};
+inline constexpr failure too_large{413, "payload_too_large", "the request body exceeds server.max_body_bytes"};
+inline constexpr failure bad_expect{417, "expectation_failed", "only Expect: 100-continue is supported"};
+inline constexpr failure header_too_large{431, "header_too_large",
+                                          "the request header exceeds server.max_header_bytes"};
+inline constexpr failure upstream_refused{502, "bad_gateway", "the upstream refused or failed the connection"};
+inline constexpr failure upstream_connect_timeout{502, "bad_gateway", "connecting to the upstream timed out"};
+inline constexpr failure upstream_send{502, "bad_gateway", "sending the request to the upstream failed"};
+inline constexpr failure upstream_closed{502, "bad_gateway", "the upstream closed the connection without a response"};
+inline constexpr failure upstream_invalid{502, "bad_gateway", "the upstream sent an invalid response"};
+inline constexpr failure upstream_cut{502, "bad_gateway", "the upstream failed while sending its response"};
+inline constexpr failure upstream_unasked_101{502, "bad_gateway", "the upstream switched protocols unasked"};
+inline constexpr failure store_down{503, "store_unavailable",
+                                    "the rate-limit store cannot be reached and store.on_error is deny"};
+inline constexpr failure upstream_timeout{504, "upstream_timeout", "the upstream did not answer within upstream.timeout"};
+inline constexpr failure upstream_send_timeout{504, "upstream_timeout",
+                                               "the upstream stopped reading the request within upstream.timeout"};
+}  // namespace fail
+
+// Appends a whole response: the status line, `extra` field lines ("Name: value\r\n"),
+// and the JSON body {"error":"<code>","message":"<message>"}; Connection: close if `close`.
+void write_failure(std::string& out, const failure& f, bool close, std::string_view extra = {});
+
+// Appends a whole 429: Retry-After, the rate-limit `fields`, and the JSON body
+// {"error":"rate_limited","policy":"<policy>","retry_after":N}.
+void write_limited(std::string& out, std::string_view policy, std::int64_t retry_after_s, std::string_view fields,
+                   bool close);
+
+// Appends the decimal digits of n.
+void append_number(std::string& out, std::uint64_t n);
+
+}  // namespace sluice::http

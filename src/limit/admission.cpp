@@ -1,0 +1,76 @@
+#include "limit/admission.hpp"
+
+#include "limit/headers.hpp"
+
+#include <chrono>
+
+namespace sluice::limit {
+
+bool admission::prepare(const admission_context& ctx, const policy& p, std::int64_t cost,
+                        const identity::caller& who, const http::message_head& req, outcome& out) {
+    if (who.allow_listed) {
+        out.decision = "bypass";
+        return false;
+    }
+    std::size_t n = 0;
+    if (!p.ip.empty()) {
+        // A connection's client rarely changes: hash it once, not per request.
+        if (who.client != cached_client_ || ctx.generation != cached_for_) {
+            cached_client_ = who.client;
+            cached_for_ = ctx.generation;
+            cached_ip_ = ctx.hasher.hash("ip", identity::ip_identifier(who.client, ctx.clients.cfg.ipv6_prefix));
+        }
+        keys_[n++] = {'i', cached_ip_, p.ip};
+    }
+    if (ctx.clients.users) {
+        auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::system_clock::now().time_since_epoch()).count();
+        auto user = identity::identify_user(*ctx.clients.users, req, now);
+        if (user.status == identity::user_result::status::invalid) {
+            out.what = outcome::kind::unauthorized;
+            out.decision = "unauthorized";
+            out.reason = std::move(user.reason);
+            return false;
+        }
+        if (user.status == identity::user_result::status::ok && !p.user.empty()) {
+            if (user.id != cached_user_ || ctx.generation != cached_for_) {
+                cached_user_ = user.id;
+                cached_user_hash_ = ctx.hasher.hash("user", user.id);
+            }
+            keys_[n++] = {'u', cached_user_hash_, p.user};
+        }
+    }
+    request_ = {std::span(keys_.data(), n), cost};
+    if (n > 0) {
+        out.id_kind = keys_[n - 1].kind;  // the user when there is one
+        out.id = keys_[n - 1].id;
+    }
+    return n > 0;
+}
+
+void admission::conclude(const admission_context& ctx, const policy& p, const check_result& result,
+                         metrics::shard& m, outcome& out) {
+    if (result.state == check_result::status::error) {
+        m.store_failed();
+        out.decision = "store_error";
+        if (ctx.on_error == config::store_config::failure_mode::deny) out.what = outcome::kind::store_down;
+        return;
+    }
+    const auto& d = result.verdict;
+    if (d.allowed) {
+        m.decided(p.metric_slot, metrics::decision_result::allowed);
+        out.decision = "allowed";
+    } else if (p.shadow) {
+        m.decided(p.metric_slot, metrics::decision_result::shadow_limited);
+        out.decision = "shadow_limited";
+    } else {
+        m.decided(p.metric_slot, metrics::decision_result::limited);
+        out.decision = "limited";
+        out.what = outcome::kind::limited;
+        out.retry_after_s = retry_after_seconds(d);
+    }
+    // A shadow policy stays invisible to clients.
+    if (!p.shadow) append_rate_limit_fields(out.fields, d, ctx.headers);
+}
+
+}  // namespace sluice::limit

@@ -1,0 +1,73 @@
+// The limit phase of a request: identifiers x the policy's tiers -> store -> verdict.
+//
+// prepare() builds the store request from the caller's identifiers (keyed hashes, cached
+// per connection); conclude() turns the store's answer into an outcome and the rate-limit
+// response fields. Between them the caller asks the store, at once or after a round trip.
+//
+// Thread: one per session, on its worker's thread.
+#pragma once
+
+#include "identity/caller.hpp"
+#include "identity/hasher.hpp"
+#include "limit/policy.hpp"
+#include "limit/store.hpp"
+#include "metrics/metrics.hpp"
+
+#include <array>
+#include <string>
+
+namespace sluice::limit {
+
+struct outcome {
+    enum class kind { pass, limited, unauthorized, store_down } what = kind::pass;
+    std::string fields;              // rate-limit response fields ("Name: value\r\n" lines)
+    std::int64_t retry_after_s = 0;  // limited
+    std::string reason;              // unauthorized: why, safe to show the client
+    const char* decision = "none";   // for the access log: none, bypass, allowed, limited,
+                                     // shadow_limited, unauthorized, store_error
+    char id_kind = 0;                // 'i' or 'u': the identifier named in the access log
+    digest id{};
+
+    // Back to a pass, keeping the strings' capacity for the next request.
+    void reset() {
+        what = kind::pass;
+        fields.clear();
+        retry_after_s = 0;
+        reason.clear();
+        decision = "none";
+        id_kind = 0;
+    }
+};
+
+// What the limit phase needs of one config snapshot.
+struct admission_context {
+    const identity::clients& clients;
+    const identity::hasher& hasher;
+    const void* generation;  // changes with the snapshot: cached hashes are dropped
+    config::store_config::failure_mode on_error;
+    config::response_config::header_style headers;
+};
+
+class admission {
+public:
+    // Returns true when the store must be asked (request() is then ready); false when the
+    // outcome is already known (allow-listed, no identifier to limit, or 401).
+    bool prepare(const admission_context& ctx, const policy& p, std::int64_t cost, const identity::caller& who,
+                 const http::message_head& req, outcome& out);
+    const check_request& request() const { return request_; }
+    // The decision, given the store's answer. Records metrics.
+    void conclude(const admission_context& ctx, const policy& p, const check_result& result, metrics::shard& m,
+                  outcome& out);
+
+private:
+    std::array<store_key, 2> keys_;
+    check_request request_;
+    // The last identifiers hashed on this connection, and the snapshot they were hashed for.
+    const void* cached_for_ = nullptr;
+    identity::address cached_client_;
+    digest cached_ip_{};
+    std::string cached_user_;
+    digest cached_user_hash_{};
+};
+
+}  // namespace sluice::limit

@@ -1,0 +1,82 @@
+#include "route/router.hpp"
+
+#include <boost/beast/core/string.hpp>
+
+namespace sluice::route {
+
+namespace {
+
+using boost::beast::iequals;
+
+char to_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+std::string lower_case(std::string s) {
+    for (char& c : s) c = to_lower(c);
+    return s;
+}
+
+// Whether `path` starts with `prefix`. With `fold`, `prefix` is already lower case and
+// `path` is lower-cased as it is compared.
+bool starts_with(std::string_view path, std::string_view prefix, bool fold) {
+    if (path.size() < prefix.size()) return false;
+    if (!fold) return path.compare(0, prefix.size(), prefix) == 0;
+    for (std::size_t i = 0; i < prefix.size(); ++i)
+        if (to_lower(path[i]) != prefix[i]) return false;
+    return true;
+}
+
+bool path_matches(const route& r, const request_target& t) {
+    if (t.form == target_form::asterisk) return r.path.empty() && r.path_prefix == "/";
+    const std::string_view p = t.match_path;
+    if (r.path.empty()) return starts_with(p, r.path_prefix, r.case_insensitive);
+    // Exact, or exact plus one trailing slash: "/login/" is "/login" to most upstreams.
+    const bool one_more_slash = p.size() == r.path.size() + 1 && p.back() == '/';
+    if (p.size() != r.path.size() && !one_more_slash) return false;
+    return starts_with(p, r.path, r.case_insensitive);
+}
+
+// Host without its port; IPv6 literals keep their brackets.
+std::string_view without_port(std::string_view host) {
+    const auto colon = host.rfind(':');
+    if (colon != std::string_view::npos && host.find(']', colon) == std::string_view::npos)
+        host = host.substr(0, colon);
+    return host;
+}
+
+}  // namespace
+
+router::router(const config::config& c, const std::vector<limit::policy>& policies) {
+    for (const auto& rc : c.routes) {
+        route r;
+        r.name = rc.name;
+        r.case_insensitive = rc.case_insensitive;
+        r.path = rc.case_insensitive ? lower_case(rc.path) : rc.path;
+        r.path_prefix = rc.case_insensitive ? lower_case(rc.path_prefix) : rc.path_prefix;
+        r.methods = rc.methods;
+        r.host = rc.host;
+        r.cost = rc.cost;
+        for (const auto& p : policies)
+            if (p.name == rc.policy) r.limits = &p;
+        routes_.push_back(std::move(r));
+    }
+}
+
+const route* router::match(std::string_view method, std::string_view host_header,
+                           const request_target& t) const {
+    if (t.form == target_form::authority) return nullptr;
+    const std::string_view host = t.form == target_form::absolute ? std::string_view(t.host)
+                                                                  : without_port(host_header);
+    for (const auto& r : routes_) {
+        if (!path_matches(r, t)) continue;
+        if (!r.host.empty() && !iequals(host, r.host)) continue;
+        if (!r.methods.empty()) {
+            bool any = false;
+            for (const auto& m : r.methods) any = any || m == method;
+            if (!any) continue;
+        }
+        return &r;
+    }
+    return nullptr;
+}
+
+}  // namespace sluice::route

@@ -1,0 +1,251 @@
+// The upstream exchange of a session: the request body read ahead or streamed, the
+// upstream connection, the response relayed (or a tunnel after 101).
+#include "server/session.hpp"
+
+#include "http/async.hpp"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/beast/http/error.hpp>
+
+namespace sluice::server {
+
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+using asio::awaitable;
+using boost::system::error_code;
+using http::clock;
+using proxy::body_framing;
+using proxy::relay;
+namespace fail = http::fail;
+
+namespace {
+
+// Where the client left before its request was read whole: logged, never sent.
+constexpr http::failure client_gone{499, "client_closed", "the client closed the connection"};
+
+awaitable<error_code> wait_readable(tcp::socket& s) {
+    auto [ec] = co_await s.async_wait(tcp::socket::wait_read, http::use_tuple);
+    co_return ec;
+}
+
+metrics::upstream_error error_kind(const error_code& ec) {
+    return relay::is_timeout(ec) ? metrics::upstream_error::timeout : metrics::upstream_error::reset;
+}
+
+void append_chunk(std::string& out, std::string_view data) {
+    constexpr char hex[] = "0123456789abcdef";
+    char buf[16];
+    char* p = buf + sizeof buf;
+    for (auto n = data.size(); n > 0 || p == buf + sizeof buf; n >>= 4) *--p = hex[n & 15];
+    out.append(p, buf + sizeof buf);
+    out += "\r\n";
+    out += data;
+    out += "\r\n";
+}
+
+}  // namespace
+
+awaitable<after> session::exchange() {
+    auto& p = *parser_;
+    auto length = p.content_length();
+    auto framing = p.chunked() ? body_framing::chunked : length ? body_framing::length : body_framing::none;
+    std::uint64_t size = length.value_or(0);
+    const bool has_body = framing == body_framing::chunked || size > 0;
+    upgrade_ = proxy::connection_tokens(head_).has("upgrade") && head_.count(bhttp::field::upgrade) > 0;
+    req_.body_deadline = clock::now() + cfg_->server.body_timeout;
+    if (has_body && p.expect_continue() && head_.version >= 11) {
+        if (co_await relay_.write_all(client_, "HTTP/1.1 100 Continue\r\n\r\n", cfg_->server.idle_timeout))
+            co_return after::close;
+    }
+    if (has_body) {
+        if (auto f = co_await read_body_ahead(framing, size)) co_return co_await respond(*f);
+    }
+    // A request may be sent again only if it is idempotent and whole in memory; an upstream
+    // that closed a pooled connection while idle is the usual cause.
+    const bool idempotent = proxy::is_idempotent(head_.method) && p.is_done();
+    for (int attempt = 0;; ++attempt) {
+        if (auto f = co_await connect_upstream()) co_return co_await respond(*f);
+        const bool replayable = idempotent && attempt == 0 && up_->reused;
+        auto s = co_await send_request(framing, size, replayable);
+        if (!s.retry && !s.failed) s = co_await read_response_head(replayable && !req_.early_answer);
+        if (!s.retry && !s.failed) break;
+        release_upstream(false);
+        if (s.failed) co_return co_await respond(*s.failed);
+    }
+    co_return co_await relay_response();
+}
+
+// With request_buffering, reads the body into memory up to request_buffer_bytes, before
+// any upstream connection is taken. A body read whole is sent with a Content-Length.
+awaitable<std::optional<http::failure>> session::read_body_ahead(body_framing& framing, std::uint64_t& size) {
+    if (!cfg_->proxy.request_buffering) co_return std::nullopt;
+    auto& p = *parser_;
+    auto r = co_await relay_.fill(p, client_, in_, req_.body_deadline, req_.body, cfg_->proxy.request_buffer_bytes);
+    if (r.failed == proxy::pump_result::parse)
+        co_return r.ec == bhttp::error::body_limit ? fail::too_large : fail::bad_body;
+    if (r.failed == proxy::pump_result::read) co_return relay::is_timeout(r.ec) ? fail::body_timeout : client_gone;
+    if (p.is_done()) {
+        framing = body_framing::length;
+        size = req_.body.size();
+    }
+    co_return std::nullopt;
+}
+
+awaitable<std::optional<http::failure>> session::connect_upstream() {
+    up_ = w_.pool.take();
+    if (up_) {
+        track_.watch_upstream(&up_->socket);
+        co_return std::nullopt;
+    }
+    up_ = std::make_unique<proxy::upstream_connection>(client_.get_executor());
+    track_.watch_upstream(&up_->socket);
+    auto ec = co_await relay_.connect(*up_, w_.upstream_endpoints, cfg_->upstream.connect_timeout);
+    if (!ec) co_return std::nullopt;
+    release_upstream(false);
+    if (relay::is_timeout(ec)) {
+        w_.metrics.upstream_failed(metrics::upstream_error::connect_timeout);
+        co_return fail::upstream_connect_timeout;
+    }
+    w_.metrics.upstream_failed(ec == asio::error::connection_refused ? metrics::upstream_error::connect_refused
+                                                                      : metrics::upstream_error::connect_failed);
+    co_return fail::upstream_refused;
+}
+
+// Sends the head and the body. An upstream that answers before it has taken the whole
+// body (a 413, a 401) is heard: the send stops and its answer is relayed.
+awaitable<session::step> session::send_request(body_framing framing, std::uint64_t size, bool replayable) {
+    using namespace asio::experimental::awaitable_operators;
+    auto& p = *parser_;
+    const auto& up_cfg = cfg_->upstream;
+    target_text_ = req_.target.path;
+    target_text_ += req_.target.query;
+    out_.clear();
+    proxy::write_request_head(out_, head_,
+                              {client_ip_, up_cfg.url.authority, up_cfg.url.base_path, upgrade_, target_text_,
+                               req_.target.authority, req_.who.peer_trusted},
+                              framing, size);
+    if (framing == body_framing::chunked && !req_.body.empty()) append_chunk(out_, req_.body);
+    if (framing == body_framing::length) out_ += req_.body;
+
+    proxy::pump_result r;
+    if (framing == body_framing::none || (framing == body_framing::length && size == 0)) {
+        r.ec = co_await relay_.write_all(up_->socket, out_, up_cfg.timeout);
+        if (r.ec) r.failed = proxy::pump_result::write;
+    } else {
+        req_sink_.out = &out_;
+        req_sink_.mode = framing == body_framing::chunked ? http::body_sink::framing::chunked
+                                                          : http::body_sink::framing::identity;
+        auto sent = co_await (relay_.pump(p, client_, in_, cfg_->server.idle_timeout, req_.body_deadline,
+                                          up_->socket, up_cfg.timeout, out_) ||
+                              wait_readable(up_->socket));
+        if (sent.index() == 1) req_.early_answer = true;
+        else r = std::get<0>(sent);
+    }
+    out_.clear();
+    switch (r.failed) {
+        case proxy::pump_result::ok: co_return step{};
+        case proxy::pump_result::parse:
+            co_return step{r.ec == bhttp::error::body_limit ? fail::too_large : fail::bad_body};
+        case proxy::pump_result::read:
+            co_return step{relay::is_timeout(r.ec) ? fail::body_timeout : client_gone};
+        case proxy::pump_result::write:
+            if (relay::is_timeout(r.ec)) {
+                w_.metrics.upstream_failed(metrics::upstream_error::timeout);
+                co_return step{fail::upstream_send_timeout};
+            }
+            if (replayable) co_return step{std::nullopt, true};
+            // It may have answered before it stopped reading: listen before giving up.
+            req_.early_answer = true;
+            co_return step{};
+    }
+    co_return step{};
+}
+
+// Reads the final response head, relaying interim 1xx ones; one deadline covers them all.
+awaitable<session::step> session::read_response_head(bool replayable) {
+    const auto asked = clock::now();
+    const auto deadline = asked + cfg_->upstream.timeout;
+    for (;;) {
+        auto& rp = resp_parser_.emplace(resp_, resp_sink_);
+        resp_sink_ = http::body_sink{&out_, http::body_sink::framing::none, 0};
+        rp.eager(false);
+        rp.header_limit(64 * 1024);
+        rp.body_limit(boost::none);
+        if (head_.method == bhttp::verb::head) rp.skip(true);
+        bool got_some = false;
+        auto ec = co_await relay_.read_head(rp, up_->socket, up_->buffer, deadline, got_some);
+        req_.upstream_us = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - asked).count();
+        if (ec) {
+            if (!got_some && replayable && !relay::is_timeout(ec)) co_return step{std::nullopt, true};
+            w_.metrics.upstream_failed(error_kind(ec));
+            if (relay::is_timeout(ec)) co_return step{fail::upstream_timeout};
+            if (req_.early_answer && !got_some) co_return step{fail::upstream_send};
+            if (got_some && ec != asio::error::eof && ec != asio::error::connection_reset)
+                co_return step{fail::upstream_invalid};
+            co_return step{fail::upstream_closed};
+        }
+        if (resp_.status >= 200 || resp_.status == 101) co_return step{};
+        if (head_.version < 11) continue;  // HTTP/1.0 clients get no interim responses
+        out_.clear();
+        proxy::write_response_head(out_, resp_, {}, body_framing::none, 0);
+        if (co_await relay_.write_all(client_, out_, cfg_->server.idle_timeout)) co_return step{client_gone};
+    }
+}
+
+awaitable<after> session::relay_response() {
+    auto& rp = *resp_parser_;
+    const unsigned status = resp_.status;
+    if (status == 101) {
+        if (!upgrade_) {
+            release_upstream(false);
+            co_return co_await respond(fail::upstream_unasked_101);
+        }
+        req_.status = 101;
+        out_.clear();
+        proxy::write_response_head(out_, resp_, {.upgrade = true}, body_framing::none, 0);
+        if (!co_await relay_.write_all(client_, out_, cfg_->server.idle_timeout))
+            co_await relay_.tunnel(client_, in_, *up_, cfg_->server.idle_timeout);
+        release_upstream(false);
+        co_return after::close;
+    }
+
+    const bool no_body = head_.method == bhttp::verb::head || status == 204 || status == 304;
+    auto length = rp.content_length();
+    const auto framing = no_body ? body_framing::none
+                         : length ? body_framing::length
+                         : head_.version >= 11 ? body_framing::chunked
+                                               : body_framing::until_close;
+    const bool keep = may_keep_alive() && framing != body_framing::until_close;
+    out_.clear();
+    proxy::write_response_head(out_, resp_,
+                               {.head_request = head_.method == bhttp::verb::head,
+                                .keep_alive = keep,
+                                .client_http10 = head_.version < 11,
+                                .extra = req_.outcome.fields},
+                               framing, length.value_or(0));
+    resp_sink_.mode = framing == body_framing::chunked ? http::body_sink::framing::chunked
+                      : no_body                        ? http::body_sink::framing::none
+                                                       : http::body_sink::framing::identity;
+    req_.status = status;
+    auto r = co_await relay_.pump(rp, up_->socket, up_->buffer, cfg_->upstream.timeout, clock::time_point::max(),
+                                  client_, cfg_->server.idle_timeout, out_);
+    // Pooled again only when the response ended exactly at its framing, after the whole
+    // request went out (pool::give_back also wants nothing more buffered).
+    release_upstream(r.failed == proxy::pump_result::ok && rp.keep_alive() && !req_.early_answer);
+    const after done = keep ? after::keep_alive : parser_->is_done() ? after::close : after::linger;
+    if (r.failed == proxy::pump_result::ok) co_return done;
+    if (r.failed == proxy::pump_result::write) co_return after::close;  // the client went away
+    w_.metrics.upstream_failed(error_kind(r.ec));
+    if (r.written == 0) co_return co_await respond(relay::is_timeout(r.ec) ? fail::upstream_timeout : fail::upstream_cut);
+    co_return after::close;  // the response was cut short: closing tells the client so
+}
+
+void session::release_upstream(bool reuse) {
+    if (!up_) return;
+    track_.watch_upstream(nullptr);
+    if (reuse) w_.pool.give_back(std::move(up_));
+    up_.reset();
+}
+
+}  // namespace sluice::server

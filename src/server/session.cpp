@@ -1,0 +1,257 @@
+#include "server/session.hpp"
+
+#include "http/async.hpp"
+#include "server/access_log.hpp"
+
+#include <boost/beast/http/error.hpp>
+
+namespace sluice::server {
+
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+using asio::awaitable;
+using boost::system::error_code;
+using http::clock;
+namespace fail = http::fail;
+
+namespace {
+
+constexpr auto linger_time = std::chrono::seconds(2);
+constexpr std::size_t linger_bytes = 4 * 1024 * 1024;
+
+identity::address peer_address(const tcp::socket& s) {
+    error_code ec;
+    auto ep = s.remote_endpoint(ec);
+    return ec ? identity::address{} : identity::normalize(ep.address());
+}
+
+// The failure a request head's parse error stands for.
+http::failure head_error(const http::request_parser& p, const error_code& ec) {
+    if (ec == bhttp::error::body_limit) return fail::too_large;  // a declared length over the limit
+    if (ec == bhttp::error::header_limit) return fail::header_too_large;
+    if (p.framing() != http::framing_error::none) return fail::bad_framing;
+    if (ec == bhttp::error::multiple_content_length || ec == bhttp::error::bad_content_length)
+        return fail::bad_length;
+    if (ec == bhttp::error::bad_transfer_encoding) return fail::bad_coding;
+    return fail::bad_request;
+}
+
+// Answers a client may get on a connection that then stays open: the request was read
+// whole and understood; only its outcome was refused or failed.
+bool keeps_connection(const http::failure& f) { return f.status == 401 || f.status == 403 || f.status >= 500; }
+
+}  // namespace
+
+void request_state::reset(std::size_t unmatched_slot) {
+    route = nullptr;
+    route_slot = unmatched_slot;
+    who = {};
+    outcome.reset();
+    started = clock::now();
+    upstream_us = -1;
+    status = 0;
+    open = false;
+    early_answer = false;
+    body.clear();
+}
+
+awaitable<void> serve(worker& w, tcp::socket socket) {
+    session s(w, std::move(socket));
+    co_await s.run();
+}
+
+session::session(worker& w, tcp::socket s)
+    : w_(w),
+      snap_(w.snap),
+      cfg_(snap_->cfg.get()),
+      client_(std::move(s)),
+      peer_(peer_address(client_)),
+      client_ip_(peer_.to_string()),
+      track_(w.connections, client_) {
+    w_.metrics.connection_opened();
+    w_.open_connections.fetch_add(1, std::memory_order_relaxed);
+    error_code ec;
+    client_.set_option(tcp::no_delay(true), ec);
+}
+
+// Also reached when an exception leaves the coroutine: the gauge and the log stay right.
+session::~session() {
+    if (req_.open) end_request();
+    release_upstream(false);
+    w_.open_connections.fetch_sub(1, std::memory_order_relaxed);
+    w_.metrics.connection_closed();
+}
+
+awaitable<void> session::run() {
+    while (co_await serve_one()) first_ = false;
+    error_code ec;
+    client_.close(ec);
+}
+
+awaitable<bool> session::serve_one() {
+    const after next = co_await phases();
+    end_request();
+    if (next == after::linger) co_await linger();
+    co_return next == after::keep_alive && !w_.draining;
+}
+
+awaitable<after> session::phases() {
+    switch (co_await read_head()) {
+        case head_status::closed:
+            req_.open = false;  // nothing to log: the client left before a whole head
+            co_return after::close;
+        case head_status::failed: co_return co_await respond(head_failure_);
+        case head_status::ok: break;
+    }
+    if (auto f = check_head()) co_return co_await respond(*f);
+    req_.route = snap_->router.match(head_.method_text(), head_.find(bhttp::field::host), req_.target);
+    if (req_.route) req_.route_slot = req_.route->metric_slot;
+    req_.who = identity::identify_client(snap_->clients, head_, peer_);
+    co_await check_limits();
+    switch (req_.outcome.what) {
+        case limit::outcome::kind::pass: break;
+        case limit::outcome::kind::limited: co_return co_await respond_limited();
+        case limit::outcome::kind::unauthorized:
+            w_.metrics.unauthorized();
+            co_return co_await respond(fail::unauthorized.with(req_.outcome.reason));
+        case limit::outcome::kind::store_down: co_return co_await respond(fail::store_down);
+    }
+    co_return co_await exchange();
+}
+
+// One deadline covers the whole head (a slowloris client cannot stretch it by trickling
+// bytes); before the first byte of a later request the idle timeout runs instead.
+awaitable<session::head_status> session::read_head() {
+    if (snap_ != w_.snap) {
+        snap_ = w_.snap;
+        cfg_ = snap_->cfg.get();
+    }
+    req_.reset(snap_->unmatched_slot);
+    auto& p = parser_.emplace(head_, req_sink_);
+    req_sink_ = http::body_sink{&req_.body, http::body_sink::framing::identity, 0};
+    resp_sink_.bytes = 0;
+    p.eager(false);
+    p.header_limit(static_cast<std::uint32_t>(cfg_->server.max_header_bytes));
+    p.body_limit(cfg_->server.max_body_bytes);
+
+    bool got_some = in_.size() > 0;
+    bool header_armed = got_some || first_;
+    track_.idle = !got_some;
+    track_.arm(header_armed ? cfg_->server.header_timeout : cfg_->server.idle_timeout);
+    for (;;) {
+        if (in_.size() > 0) {
+            req_.open = true;
+            error_code ec;
+            in_.consume(p.put(in_.data(), ec));
+            if (!ec && p.is_header_done()) co_return head_status::ok;
+            if (ec && ec != bhttp::error::need_more) {
+                head_failure_ = head_error(p, ec);
+                co_return head_status::failed;
+            }
+        }
+        auto [ec, n] = co_await client_.async_read_some(in_.prepare(proxy::piece_size), http::use_tuple);
+        in_.commit(n);
+        if (ec) {
+            if (!got_some || !proxy::relay::is_timeout(relay_.timed(ec))) co_return head_status::closed;
+            head_failure_ = fail::header_timeout;
+            co_return head_status::failed;
+        }
+        if (!got_some && n > 0) {
+            got_some = true;
+            track_.idle = false;
+            req_.started = clock::now();
+            if (!header_armed) track_.arm(cfg_->server.header_timeout);
+            header_armed = true;
+        }
+    }
+}
+
+std::optional<http::failure> session::check_head() {
+    auto& p = *parser_;
+    if (head_.version >= 11 && head_.count(bhttp::field::host) != 1) return fail::bad_host;
+    if (p.has_expect() && !p.expect_continue()) return fail::bad_expect;
+    if (auto length = p.content_length(); length && *length > cfg_->server.max_body_bytes) return fail::too_large;
+    if (const char* why = route::parse_target(head_.method_text(), head_.target(), req_.target))
+        return fail::bad_target.with(why);
+    if (req_.target.form == route::target_form::authority) return fail::connect_refused;
+    return std::nullopt;
+}
+
+awaitable<void> session::check_limits() {
+    const auto* r = req_.route;
+    if (!r || !r->limits) co_return;
+    const limit::admission_context ctx{snap_->clients, w_.hasher, snap_.get(), cfg_->store.on_error,
+                                       cfg_->response.headers};
+    if (!admission_.prepare(ctx, *r->limits, r->cost, req_.who, head_, req_.outcome)) co_return;
+    const auto asked = clock::now();
+    auto result = w_.store.try_check(admission_.request());
+    if (!result) result = co_await w_.store.check(admission_.request());
+    w_.metrics.store_called(std::chrono::duration<double>(clock::now() - asked).count());
+    admission_.conclude(ctx, *r->limits, *result, w_.metrics, req_.outcome);
+}
+
+bool session::may_keep_alive() const {
+    return parser_ && parser_->is_done() && parser_->keep_alive() && !w_.draining && !req_.early_answer;
+}
+
+// Sends Sluice's own answer. Unless the connection may stay open, it is then closed
+// gracefully: the client gets the answer even while still sending a body we won't read.
+awaitable<after> session::respond(const failure& f) {
+    const bool keep = keeps_connection(f) && may_keep_alive();
+    req_.status = f.status;
+    out_.clear();
+    http::write_failure(out_, f, !keep);
+    auto ec = co_await relay_.write_all(client_, out_, cfg_->server.header_timeout);
+    if (ec) co_return after::close;
+    co_return keep ? after::keep_alive : after::linger;
+}
+
+awaitable<after> session::respond_limited() {
+    const bool keep = may_keep_alive();
+    req_.status = 429;
+    out_.clear();
+    http::write_limited(out_, req_.route->limits->name, req_.outcome.retry_after_s, req_.outcome.fields, !keep);
+    auto ec = co_await relay_.write_all(client_, out_, cfg_->server.idle_timeout);
+    if (ec) co_return after::close;
+    co_return keep ? after::keep_alive : after::linger;
+}
+
+awaitable<void> session::linger() {
+    error_code ec;
+    client_.shutdown(tcp::socket::shutdown_send, ec);
+    track_.arm(linger_time);
+    for (std::size_t discarded = 0; discarded < linger_bytes; discarded += in_.size()) {
+        in_.clear();
+        if (co_await relay_.read_some(client_, in_)) break;
+    }
+    in_.clear();
+}
+
+// The request's one log line and its metrics.
+void session::end_request() {
+    if (!req_.open) return;
+    req_.open = false;
+    const auto seconds = std::chrono::duration<double>(clock::now() - req_.started).count();
+    w_.metrics.request_done(req_.route_slot, req_.status, seconds);
+    if (!w_.access) return;
+    const auto& o = req_.outcome;
+    access_record r;
+    r.peer = client_ip_;
+    r.method = head_.method_text();
+    r.path = req_.target.path.empty() ? head_.target().substr(0, head_.target().find('?'))
+                                      : std::string_view(req_.target.path);
+    r.route = req_.route ? std::string_view(req_.route->name) : std::string_view("unmatched");
+    r.policy = req_.route && req_.route->limits ? std::string_view(req_.route->limits->name) : std::string_view();
+    r.decision = o.decision;
+    r.id_kind = o.id_kind == 'u' ? "user" : o.id_kind == 'i' ? "ip" : "";
+    if (o.id_kind) r.id = identity::hasher::to_hex(o.id);
+    r.status = req_.status;
+    r.bytes_in = req_sink_.bytes;
+    r.bytes_out = resp_sink_.bytes;
+    r.upstream_us = req_.upstream_us;
+    r.total_us = static_cast<std::int64_t>(seconds * 1e6);
+    w_.access->write(r);
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,122 @@
+// A client connection, served one request at a time, each read as its phases in order:
+// read the head -> route -> identify -> limit -> exchange with the upstream -> respond.
+// session.cpp holds the phases up to the limit decision and the answers Sluice gives
+// itself; exchange.cpp the upstream exchange (request body, upstream connection,
+// response relay, tunnel).
+//
+// Every failure is a value from the table in http/response.hpp, answered by respond().
+// The access log line and the request metrics are written once, by end_request(), when
+// the request's answer is complete.
+//
+// Thread: the owning worker's thread only.
+#pragma once
+
+#include "http/connection_set.hpp"
+#include "http/message.hpp"
+#include "http/response.hpp"
+#include "identity/caller.hpp"
+#include "limit/admission.hpp"
+#include "proxy/headers.hpp"
+#include "proxy/relay.hpp"
+#include "route/target.hpp"
+#include "server/worker.hpp"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+
+#include <memory>
+#include <optional>
+
+namespace sluice::server {
+
+// Serves one accepted connection until it closes. The session lives in the coroutine frame.
+boost::asio::awaitable<void> serve(worker& w, boost::asio::ip::tcp::socket socket);
+
+// What becomes of the client connection once a request is answered.
+enum class after { keep_alive, close, linger };
+
+// Everything one request sets, reset as a unit before the next (strings keep capacity).
+struct request_state {
+    route::request_target target;
+    const route::route* route = nullptr;
+    std::size_t route_slot = 0;
+    identity::caller who;
+    limit::outcome outcome;
+    http::clock::time_point started{};
+    std::int64_t upstream_us = -1;  // request sent to response head; -1: not asked
+    unsigned status = 0;            // the answer's status; 0 until one was chosen
+    bool open = false;              // a request began and is not yet logged
+    bool early_answer = false;      // the upstream answered before taking the whole body
+    http::clock::time_point body_deadline{};  // the whole request body must have arrived by then
+    std::string body;               // the request body read ahead (request_buffering)
+
+    void reset(std::size_t unmatched_slot);
+};
+
+class session {
+public:
+    session(worker& w, boost::asio::ip::tcp::socket s);
+    ~session();
+    session(const session&) = delete;
+    session& operator=(const session&) = delete;
+
+    boost::asio::awaitable<void> run();
+
+private:
+    using failure = http::failure;
+    enum class head_status { ok, closed, failed };
+    // How a step of the upstream exchange ended: on, failed, or to be tried again on a new
+    // connection (a pooled one was found closed before any of the request could matter).
+    struct step {
+        std::optional<failure> failed;
+        bool retry = false;
+    };
+
+    // session.cpp: the phases
+    boost::asio::awaitable<bool> serve_one();
+    boost::asio::awaitable<after> phases();
+    boost::asio::awaitable<head_status> read_head();
+    std::optional<failure> check_head();
+    boost::asio::awaitable<void> check_limits();
+    boost::asio::awaitable<after> respond(const failure& f);
+    boost::asio::awaitable<after> respond_limited();
+    boost::asio::awaitable<void> linger();
+    void end_request();
+    bool may_keep_alive() const;
+
+    // exchange.cpp: the upstream exchange
+    boost::asio::awaitable<after> exchange();
+    boost::asio::awaitable<std::optional<failure>> read_body_ahead(proxy::body_framing& framing,
+                                                                   std::uint64_t& length);
+    boost::asio::awaitable<std::optional<failure>> connect_upstream();
+    boost::asio::awaitable<step> send_request(proxy::body_framing framing, std::uint64_t length, bool replayable);
+    boost::asio::awaitable<step> read_response_head(bool replayable);
+    boost::asio::awaitable<after> relay_response();
+    void release_upstream(bool reuse);
+
+    worker& w_;
+    std::shared_ptr<const snapshot> snap_;  // the snapshot the current request started with
+    const config::config* cfg_;
+    boost::asio::ip::tcp::socket client_;
+    identity::address peer_;
+    std::string client_ip_;
+    http::tracked_connection track_;
+    proxy::relay relay_{track_};
+    limit::admission admission_;
+    request_state req_;
+    failure head_failure_ = http::fail::bad_request;
+    bool upgrade_ = false;
+    // Capacity kept across requests:
+    boost::beast::flat_buffer in_;
+    std::string out_;
+    std::string target_text_;
+    http::message_head head_, resp_;
+    http::body_sink req_sink_, resp_sink_;
+    std::optional<http::request_parser> parser_;
+    std::optional<http::response_parser> resp_parser_;
+    std::unique_ptr<proxy::upstream_connection> up_;  // watched by track_ while held
+    bool first_ = true;
+};
+
+}  // namespace sluice::server

@@ -1,0 +1,15 @@
+#include "server/snapshot.hpp"
+
+namespace sluice::server {
+
+snapshot::snapshot(std::shared_ptr<const config::config> c, metrics::registry& m)
+    : cfg(std::move(c)),
+      policies(limit::compile_policies(*cfg)),
+      router(*cfg, policies),
+      clients(cfg->clients),
+      unmatched_slot(m.slot("route", "unmatched")) {
+    for (auto& p : policies) p.metric_slot = m.slot("policy", p.name);
+    for (auto& r : router.routes()) r.metric_slot = m.slot("route", r.name);
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,31 @@
+// Everything a worker needs from one configuration, compiled once: the config, the
+// policies and routes, and the client settings (address sets, user resolver).
+//
+// Thread: immutable after construction; shared by every worker. A worker holds it through
+// a worker-local shared_ptr so that copying it per request touches no shared cache line.
+#pragma once
+
+#include "config/config.hpp"
+#include "identity/caller.hpp"
+#include "limit/policy.hpp"
+#include "metrics/metrics.hpp"
+#include "route/router.hpp"
+
+#include <memory>
+#include <vector>
+
+namespace sluice::server {
+
+struct snapshot {
+    snapshot(std::shared_ptr<const config::config> c, metrics::registry& m);
+    snapshot(const snapshot&) = delete;  // the router points into policies
+    snapshot& operator=(const snapshot&) = delete;
+
+    std::shared_ptr<const config::config> cfg;
+    std::vector<limit::policy> policies;
+    route::router router;
+    identity::clients clients;
+    std::size_t unmatched_slot = 0;  // metrics slot for requests no route matches
+};
+
+}  // namespace sluice::server
