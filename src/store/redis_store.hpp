@@ -17,6 +17,7 @@
 #pragma once
 
 #include "config/config.hpp"
+#include "limit/deny_cache.hpp"
 #include "limit/store.hpp"
 #include "store/redis_connection.hpp"
 
@@ -24,49 +25,11 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 
 namespace sluice::store {
-
-// Recent denials of one worker, keyed by the request's identifiers, tiers (their keys, in
-// order) and cost. A denial with retry_after R given at instant T means the same request
-// is denied until T + R whatever else happens meanwhile (other admissions only push that
-// instant later), so find() answers it again until then: a copy with retry_after (and
-// every tier's reset) reduced by the time elapsed. At most max_entries; the oldest are
-// evicted first. Thread: one thread (the owning worker's).
-class deny_cache {
-public:
-    explicit deny_cache(std::size_t max_entries) : max_(max_entries == 0 ? 1 : max_entries) {}
-
-    std::optional<limit::decision> find(const limit::check_request& r, redis_clock::time_point now);
-    // `asked`: when the request was sent (earlier than Redis' clock read: the entry never
-    // outlives the denial). Ignored unless `d` is a denial whose tiers point into `r`.
-    void insert(const limit::check_request& r, const limit::decision& d, redis_clock::time_point asked);
-    void clear();
-    std::size_t size() const { return map_.size(); }
-
-private:
-    struct entry {
-        limit::decision verdict;  // tier pointers rebuilt from the request on each hit
-        std::vector<std::size_t> tier_pos;  // per tier result: its index within its key's tiers
-        redis_clock::time_point given{}, until{};
-        std::uint64_t seq = 0;
-    };
-
-    void key_of(const limit::check_request& r);
-    void evict_one();
-    void compact_order();
-
-    std::size_t max_;
-    std::unordered_map<std::string, entry> map_;
-    std::deque<std::pair<std::uint64_t, std::string>> order_;  // insertion order (may hold stale keys)
-    std::string key_;  // scratch
-    std::uint64_t seq_ = 0;
-};
 
 struct redis_store_options {
     std::size_t deny_cache_max = 10'000;
@@ -104,7 +67,7 @@ private:
     std::shared_ptr<redis_counters> counters_;
     std::shared_ptr<redis_connection> conn_;
     std::atomic<bool> started_{false};
-    deny_cache cache_;
+    limit::deny_cache cache_;
     std::uint64_t generation_ = 0;  // bumped by on_reload(): a check begun before it caches nothing
 };
 
