@@ -13,7 +13,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <prometheus/counter.h>
 #include <spdlog/spdlog.h>
 
 #include <sys/resource.h>
@@ -68,11 +67,7 @@ public:
         : cfg_(std::move(cfg)),
           threads_(threads ? threads : cfg_->server.threads ? cfg_->server.threads
                                                             : std::max(1u, std::thread::hardware_concurrency())),
-          metrics_(threads_),
-          reloads_(prometheus::BuildCounter()
-                       .Name("sluice_config_reloads_total")
-                       .Help("Configuration reloads (SIGHUP or POST /reload), by result.")
-                       .Register(metrics_.extra())) {}
+          metrics_(threads_) {}
 
     int run();
 
@@ -85,7 +80,6 @@ private:
     std::shared_ptr<const config::config> cfg_;
     unsigned threads_;
     metrics::registry metrics_;
-    prometheus::Family<prometheus::Counter>& reloads_;
     bool start_store();
     limit::store& store_for(std::size_t worker);
     bool store_ready() const;
@@ -145,49 +139,12 @@ bool gateway::store_ready() const {
 }
 
 void gateway::add_redis_metrics() {
-    std::vector<const store::redis_store*> stores;
-    for (const auto& r : redis_) stores.push_back(r.get());
-    metrics_.add_collector([stores] {
-        using prometheus::MetricType;
-        std::vector<prometheus::MetricFamily> out;
-        auto add = [&](const char* name, const char* help, MetricType type, metrics::cell store::redis_counters::*c) {
-            std::uint64_t sum = 0;
-            for (const auto* s : stores) sum += (s->counters().*c).get();
-            prometheus::MetricFamily f{name, help, type, {}};
-            prometheus::ClientMetric m;
-            if (type == MetricType::Counter)
-                m.counter.value = static_cast<double>(sum);
-            else
-                m.gauge.value = static_cast<double>(sum);
-            f.metric.push_back(m);
-            out.push_back(std::move(f));
-        };
-        using rc = store::redis_counters;
-        add("sluice_redis_commands_total", "Commands written to Redis.", MetricType::Counter, &rc::commands);
-        add("sluice_redis_writes_total",
-            "Socket writes to Redis; commands_total / writes_total is the pipelining factor.", MetricType::Counter,
-            &rc::writes);
-        add("sluice_redis_deny_cache_hits_total", "Requests answered 429 by a worker's local deny cache.",
-            MetricType::Counter, &rc::deny_cache_hits);
-        add("sluice_redis_deny_cache_entries", "Entries in the local deny caches.", MetricType::Gauge,
-            &rc::deny_cache_size);
-        add("sluice_redis_timeouts_total", "Redis calls that reached store.redis.timeout.", MetricType::Counter,
-            &rc::timeouts);
-        add("sluice_redis_errors_total", "Rate-limit checks that failed in the Redis store (timeouts included).",
-            MetricType::Counter, &rc::errors);
-        add("sluice_redis_reconnects_total", "Connections to Redis established after the first.",
-            MetricType::Counter, &rc::reconnects);
-        add("sluice_redis_noscript_reloads_total", "Script reloads after a NOSCRIPT reply.", MetricType::Counter,
-            &rc::noscript_reloads);
-        add("sluice_redis_connections_lost_total", "Connections to Redis lost (closed, I/O error, stalled).",
-            MetricType::Counter, &rc::connection_lost);
-        prometheus::MetricFamily up{"sluice_redis_connected", "Workers whose Redis connection is ready.",
-                                    MetricType::Gauge, {}};
-        prometheus::ClientMetric m;
-        for (const auto* s : stores) m.gauge.value += s->ready() ? 1 : 0;
-        up.metric.push_back(m);
-        out.push_back(std::move(up));
-        return out;
+    std::vector<const metrics::redis_counters*> counters;
+    for (const auto& r : redis_) counters.push_back(&r->counters());
+    metrics_.add_redis(std::move(counters), [this] {
+        std::size_t n = 0;
+        for (const auto& r : redis_) n += r->ready() ? 1 : 0;
+        return n;
     });
 }
 
@@ -277,7 +234,7 @@ reload_result gateway::reload() {
     auto result = load_for_reload(*cfg_);
     if (!result.ok) {
         spdlog::error("reload failed, keeping the running configuration: {}", result.message);
-        reloads_.Add({{"result", "error"}}).Increment();
+        metrics_.reloaded(false);
         return result;
     }
     std::shared_ptr<const server::snapshot> snap;
@@ -286,7 +243,7 @@ reload_result gateway::reload() {
     } catch (const std::exception& e) {
         result = {false, std::string("reload failed, keeping the running configuration: ") + e.what(), {}, {}};
         spdlog::error("{}", result.message);
-        reloads_.Add({{"result", "error"}}).Increment();
+        metrics_.reloaded(false);
         return result;
     }
     for (const auto& key : result.restart_required)
@@ -298,7 +255,7 @@ reload_result gateway::reload() {
             w->set_snapshot(snap);
             w->store.on_reload();
         });
-    reloads_.Add({{"result", "ok"}}).Increment();
+    metrics_.reloaded(true);
     spdlog::info("reloaded {}", cfg_->source);
     return result;
 }

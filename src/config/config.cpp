@@ -22,7 +22,6 @@
 #include <yaml-cpp/yaml.h>
 
 #include "config/yaml_schema.hpp"
-#include "route/target.hpp"  // a route's path must already be in the router's normal form
 
 namespace sluice::config {
 
@@ -857,22 +856,11 @@ std::string read_method(const node_ref& v) {
 
 // Requests are matched on their normalised path without ";params": a route path in any
 // other form would never match.
-void check_normalised_path(const node_ref& v, const std::string& path) {
-    sluice::route::request_target t;
-    if (const char* why = sluice::route::parse_target("GET", path, t)) {
-        v.fail("\"" + path + "\" is not a valid path: " + why);
-    }
-    if (t.match_path != path) {
-        v.fail("\"" + path + "\" is not a normalised path (did you mean \"" + t.match_path +
-               "\"?)");
-    }
-}
-
 void read_match(const node_ref& n, route_config& r) {
     auto read_path = [&](const node_ref& v, std::string& out) {
         if (!r.path.empty() || !r.path_prefix.empty()) v.fail_at_key(path_and_path_prefix);
         out = read_checked(v, is_route_path, bad_route_path);
-        check_normalised_path(v, out);
+        r.path_at = v.where();  // the router checks the path is in its normal form
     };
     read_mapping(n, {
         {"path", [&](const node_ref& v) { read_path(v, r.path); }},

@@ -186,6 +186,7 @@ struct route_config {
     bool case_insensitive = false;     // compare paths ASCII-lowercased (upstreams that ignore case)
     std::string policy;                // a policy name, or "none" (unlimited)
     std::int64_t cost = 1;             // >= 1 and <= every tier's limit (and gcra burst) of the policy
+    std::string path_at;               // "FILE:LINE:COLUMN: routes[i].match.path": for the router's errors
 
     bool operator==(const route_config&) const = default;
 };

@@ -74,13 +74,18 @@ void for_each_entry(const node_ref& map, Visit visit) {
 
 }  // namespace
 
-void throw_error(const std::string& source, const YAML::Mark& mark, std::string_view path,
-                 std::string_view reason) {
+std::string position(const std::string& source, const YAML::Mark& mark, std::string_view path) {
     std::string what = source;
     what += ':' + std::to_string(one_based(mark.line));
     what += ':' + std::to_string(one_based(mark.column));
     what += ": ";
     what += path.empty() ? std::string_view("(root)") : path;
+    return what;
+}
+
+void throw_error(const std::string& source, const YAML::Mark& mark, std::string_view path,
+                 std::string_view reason) {
+    std::string what = position(source, mark, path);
     what += ": ";
     what += reason;
     throw config_error(what);
@@ -116,6 +121,8 @@ std::string node_ref::path_of(std::string_view key) const {
 }
 
 void node_ref::fail(std::string_view reason) const { fail_at(mark(), path_, reason); }
+
+std::string node_ref::where() const { return position(*source_, mark(), path_); }
 
 void node_ref::fail_at_key(std::string_view reason) const { fail_at(fallback_, path_, reason); }
 

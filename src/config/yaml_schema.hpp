@@ -21,7 +21,9 @@
 
 namespace sluice::config::schema {
 
-// Throws config_error "SOURCE:LINE:COLUMN: PATH: REASON" (an empty path reads "(root)").
+// "SOURCE:LINE:COLUMN: PATH" (an empty path reads "(root)").
+std::string position(const std::string& source, const YAML::Mark& mark, std::string_view path);
+// Throws config_error "SOURCE:LINE:COLUMN: PATH: REASON".
 [[noreturn]] void throw_error(const std::string& source, const YAML::Mark& mark,
                               std::string_view path, std::string_view reason);
 
@@ -48,6 +50,9 @@ public:
     std::string path_of(std::string_view key) const;
 
     [[noreturn]] void fail(std::string_view reason) const;
+    // "SOURCE:LINE:COLUMN: PATH", what fail() puts before its reason: for a check that only
+    // a module above config can make (config_error(where() + ": " + reason)).
+    std::string where() const;
     // At this value's key (a mapping value), or where the list holding it starts (an item).
     [[noreturn]] void fail_at_key(std::string_view reason) const;
     [[noreturn]] void fail_at(const YAML::Mark& mark, std::string_view path,

@@ -1,5 +1,6 @@
 #include "metrics/metrics.hpp"
 
+#include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/text_serializer.h>
 
@@ -47,7 +48,13 @@ registry::registry(std::size_t workers) : extra_(std::make_shared<prometheus::Re
                      .Help("Always 1; the version label says which build is running.")
                      .Register(*extra_);
     info.Add({{"version", SLUICE_VERSION}}).Set(1);
+    reloads_ = &prometheus::BuildCounter()
+                    .Name("sluice_config_reloads_total")
+                    .Help("Configuration reloads (SIGHUP or POST /reload), by result.")
+                    .Register(*extra_);
 }
+
+void registry::reloaded(bool ok) { reloads_->Add({{"result", ok ? "ok" : "error"}}).Increment(); }
 
 std::size_t registry::slot(std::string_view kind, const std::string& name) {
     std::lock_guard lock(names_mu_);
@@ -68,7 +75,45 @@ void registry::set_store_gauges(std::function<std::size_t()> keys_held, std::fun
     evictions_ = std::move(evictions);
 }
 
-void registry::add_collector(std::function<std::vector<prometheus::MetricFamily>()> collect) {
+void registry::add_redis(std::vector<const redis_counters*> stores, std::function<std::size_t()> connected) {
+    auto collect = [stores = std::move(stores), connected = std::move(connected)] {
+        using prometheus::MetricType;
+        std::vector<prometheus::MetricFamily> out;
+        auto add = [&](const char* name, const char* help, MetricType type, double value) {
+            prometheus::MetricFamily f{name, help, type, {}};
+            prometheus::ClientMetric m;
+            (type == MetricType::Counter ? m.counter.value : m.gauge.value) = value;
+            f.metric.push_back(m);
+            out.push_back(std::move(f));
+        };
+        auto sum = [&](cell redis_counters::*c) {
+            std::uint64_t total = 0;
+            for (const auto* s : stores) total += (s->*c).get();
+            return static_cast<double>(total);
+        };
+        using rc = redis_counters;
+        add("sluice_redis_commands_total", "Commands written to Redis.", MetricType::Counter, sum(&rc::commands));
+        add("sluice_redis_writes_total",
+            "Socket writes to Redis; commands_total / writes_total is the pipelining factor.", MetricType::Counter,
+            sum(&rc::writes));
+        add("sluice_redis_deny_cache_hits_total", "Requests answered 429 by a worker's local deny cache.",
+            MetricType::Counter, sum(&rc::deny_cache_hits));
+        add("sluice_redis_deny_cache_entries", "Entries in the local deny caches.", MetricType::Gauge,
+            sum(&rc::deny_cache_size));
+        add("sluice_redis_timeouts_total", "Redis calls that reached store.redis.timeout.", MetricType::Counter,
+            sum(&rc::timeouts));
+        add("sluice_redis_errors_total", "Rate-limit checks that failed in the Redis store (timeouts included).",
+            MetricType::Counter, sum(&rc::errors));
+        add("sluice_redis_reconnects_total", "Connections to Redis established after the first.",
+            MetricType::Counter, sum(&rc::reconnects));
+        add("sluice_redis_noscript_reloads_total", "Script reloads after a NOSCRIPT reply.", MetricType::Counter,
+            sum(&rc::noscript_reloads));
+        add("sluice_redis_connections_lost_total", "Connections to Redis lost (closed, I/O error, stalled).",
+            MetricType::Counter, sum(&rc::connection_lost));
+        add("sluice_redis_connected", "Workers whose Redis connection is ready.", MetricType::Gauge,
+            static_cast<double>(connected()));
+        return out;
+    };
     std::lock_guard lock(names_mu_);
     collectors_.push_back(std::move(collect));
 }

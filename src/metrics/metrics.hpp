@@ -6,6 +6,8 @@
 // off the hot path (build info, reloads) use prometheus-cpp's own Registry.
 #pragma once
 
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
 #include <prometheus/registry.h>
 
 #include <array>
@@ -92,6 +94,19 @@ private:
 };
 
 // Owns the shards and renders /metrics. Construct once before the workers start.
+// A Redis store's counters, one set per worker's store, summed at scrape time.
+struct redis_counters {
+    cell writes;            // socket writes (each one batch)
+    cell commands;          // commands written (commands / writes = batching)
+    cell deny_cache_hits;   // checks answered 429 by the local deny cache
+    cell deny_cache_size;   // entries in the deny cache (a gauge)
+    cell timeouts;          // calls that reached their deadline
+    cell errors;            // checks answered with an error (any cause, timeouts included)
+    cell reconnects;        // connections established after the first
+    cell noscript_reloads;  // SCRIPT LOADs sent after a NOSCRIPT reply
+    cell connection_lost;   // connections dropped (peer closed, I/O error, stall)
+};
+
 class registry {
 public:
     explicit registry(std::size_t workers);
@@ -101,9 +116,11 @@ public:
     std::size_t slot(std::string_view kind, const std::string& name);
     // Store figures read at scrape time.
     void set_store_gauges(std::function<std::size_t()> keys_held, std::function<std::uint64_t()> evictions);
-    // More families, computed at scrape time (e.g. the Redis store's counters).
-    void add_collector(std::function<std::vector<prometheus::MetricFamily>()> collect);
-    prometheus::Registry& extra() { return *extra_; }
+    // The sluice_redis_* families over every worker's store counters; `connected` counts
+    // the workers whose connection is ready. Once, at start.
+    void add_redis(std::vector<const redis_counters*> stores, std::function<std::size_t()> connected);
+    // Counts a configuration reload (SIGHUP or POST /reload) by its result.
+    void reloaded(bool ok);
     // Prometheus text exposition format. Any thread.
     std::string scrape() const;
 
@@ -115,6 +132,7 @@ private:
     std::function<std::uint64_t()> evictions_;
     std::vector<std::function<std::vector<prometheus::MetricFamily>()>> collectors_;
     std::shared_ptr<prometheus::Registry> extra_;
+    prometheus::Family<prometheus::Counter>* reloads_ = nullptr;
 };
 
 }  // namespace sluice::metrics

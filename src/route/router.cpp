@@ -43,10 +43,23 @@ std::string_view without_port(std::string_view host) {
     return host;
 }
 
+// A route's path must be one a request can meet: already in the normal form of targets.
+// Config loading records where the path stands; the check is the router's own.
+void check_normal_form(const config::route_config& rc) {
+    const std::string& path = rc.path.empty() ? rc.path_prefix : rc.path;
+    const std::string at = rc.path_at.empty() ? "routes: \"" : rc.path_at + ": \"";
+    request_target t;
+    if (const char* why = parse_target("GET", path, t))
+        throw config::config_error(at + path + "\" is not a valid path: " + why);
+    if (t.match_path != path)
+        throw config::config_error(at + path + "\" is not a normalised path (did you mean \"" + t.match_path + "\"?)");
+}
+
 }  // namespace
 
 router::router(const config::config& c, const std::vector<limit::policy>& policies) {
     for (const auto& rc : c.routes) {
+        check_normal_form(rc);
         route r;
         r.name = rc.name;
         r.case_insensitive = rc.case_insensitive;

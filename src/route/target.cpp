@@ -1,5 +1,7 @@
 #include "route/target.hpp"
 
+#include <array>
+
 #include <boost/url/authority_view.hpp>
 
 namespace sluice::route {
@@ -53,6 +55,34 @@ void drop_last_segment(std::string& s) {
     s.resize(slash == std::string::npos ? 0 : slash);
 }
 
+// Bytes copied as they are: printable ASCII but for those normalise_path() looks at.
+constexpr auto plain_bytes = [] {
+    std::array<bool, 256> t{};
+    for (int c = 0x21; c < 0x7f; ++c) t[c] = true;
+    for (const char c : {'%', ';', '/', '\\', '#'}) t[static_cast<unsigned char>(c)] = false;
+    return t;
+}();
+
+// The "%XX" at the front of `s`: an unreserved byte decoded, any other kept upper-cased.
+const char* append_escape(std::string_view s, bool in_params, std::string& path,
+                          std::string& match) {
+    const int hi = s.size() > 2 ? hex_value(s[1]) : -1;
+    const int lo = s.size() > 2 ? hex_value(s[2]) : -1;
+    if (hi < 0 || lo < 0) return bad_escape;
+    const auto c = static_cast<unsigned char>(hi * 16 + lo);
+    if (c == '/' || c == '\\') return encoded_separator;
+    if (c == 0) return encoded_nul;
+    if (is_unreserved(c)) {
+        path += static_cast<char>(c);
+        if (!in_params) match += static_cast<char>(c);
+        return nullptr;
+    }
+    const char escape[3] = {'%', upper_hex[hi], upper_hex[lo]};
+    path.append(escape, 3);
+    if (!in_params) match.append(escape, 3);
+    return nullptr;
+}
+
 // Appends the normalised form of `p` (an absolute path without query) to `path`, and the
 // same without ";params" to `match`, one segment at a time. Between segments both hold
 // "" or "/name/name...": no empty, "." or ".." segment, so ".." drops exactly one.
@@ -64,33 +94,22 @@ const char* normalise_path(std::string_view p, std::string& path, std::string& m
         path += '/';
         match += '/';
         bool in_params = false;
-        for (; i < p.size() && p[i] != '/'; ++i) {
-            auto c = static_cast<unsigned char>(p[i]);
-            if (c == '%') {
-                const int hi = p.size() - i > 2 ? hex_value(p[i + 1]) : -1;
-                const int lo = p.size() - i > 2 ? hex_value(p[i + 2]) : -1;
-                if (hi < 0 || lo < 0) return bad_escape;
-                i += 2;
-                c = static_cast<unsigned char>(hi * 16 + lo);
-                if (c == '/' || c == '\\') return encoded_separator;
-                if (c == 0) return encoded_nul;
-                if (!is_unreserved(c)) {
-                    const char escape[3] = {'%', upper_hex[hi], upper_hex[lo]};
-                    path.append(escape, 3);
-                    if (!in_params) match.append(escape, 3);
-                    continue;
-                }
-            } else if (c == ';') {
+        while (i < p.size() && p[i] != '/') {
+            const std::size_t run = i;
+            while (i < p.size() && plain_bytes[static_cast<unsigned char>(p[i])]) ++i;
+            if (i > run) {
+                path.append(p.data() + run, i - run);
+                if (!in_params) match.append(p.data() + run, i - run);
+            } else if (p[i] == ';') {
                 in_params = true;
-            } else if (c == '\\') {
-                return raw_backslash;
-            } else if (c == '#') {
-                return fragment;
-            } else if (c <= 0x20 || c >= 0x7f) {
-                return bad_path_byte;
+                path += ';';
+                ++i;
+            } else if (p[i] == '%') {
+                if (const char* why = append_escape(p.substr(i), in_params, path, match)) return why;
+                i += 3;
+            } else {
+                return p[i] == '\\' ? raw_backslash : p[i] == '#' ? fragment : bad_path_byte;
             }
-            path += static_cast<char>(c);
-            if (!in_params) match += static_cast<char>(c);
         }
         const bool last = i >= p.size();
         const std::string_view name(match.data() + match_mark + 1, match.size() - match_mark - 1);

@@ -42,17 +42,7 @@ namespace sluice::store {
 
 // Counters of one worker's Redis connection and store, written by that worker only and
 // readable from any thread (the metrics registry sums them).
-struct redis_counters {
-    metrics::cell writes;            // socket writes (each one batch)
-    metrics::cell commands;          // commands written (commands / writes = batching)
-    metrics::cell deny_cache_hits;   // checks answered 429 by the local deny cache
-    metrics::cell deny_cache_size;   // entries in the deny cache (a gauge)
-    metrics::cell timeouts;          // calls that reached their deadline
-    metrics::cell errors;            // checks answered with an error (any cause, timeouts included)
-    metrics::cell reconnects;        // connections established after the first
-    metrics::cell noscript_reloads;  // SCRIPT LOADs sent after a NOSCRIPT reply
-    metrics::cell connection_lost;   // connections dropped (peer closed, I/O error, stall)
-};
+using metrics::redis_counters;
 
 struct redis_connection_options {
     std::string host = "127.0.0.1";

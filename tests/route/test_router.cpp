@@ -206,3 +206,44 @@ routes:
     REQUIRE(r.match("GET", "h", t) != nullptr);
     CHECK(r.match("GET", "h", t)->name == "all");
 }
+
+TEST_CASE("routes: a route's path must already be in normalised form, or the router refuses the config") {
+    auto route_error = [](const std::string& match) -> std::string {
+        auto cfg = sluice::config::load_string(
+            "upstream: {url: 'http://h'}\nroutes:\n  - policy: none\n    match: " + match + "\n", "inline.yaml");
+        try {
+            sluice::route::router r(*cfg, {});
+        } catch (const sluice::config::config_error& e) {
+            return e.what();
+        }
+        return "<no error>";
+    };
+    CHECK(route_error("{path: /a//b}") ==
+          R"(inline.yaml:4:19: routes[0].match.path: "/a//b" is not a normalised path (did you mean "/a/b"?))");
+    CHECK(route_error("{path: /a/./b/../c}") ==
+          R"(inline.yaml:4:19: routes[0].match.path: "/a/./b/../c" is not a normalised path (did you mean "/a/c"?))");
+    CHECK(route_error("{path: /%6Cogin}") ==
+          R"(inline.yaml:4:19: routes[0].match.path: "/%6Cogin" is not a normalised path (did you mean "/login"?))");
+    CHECK(route_error("{path: /%c3%a9}") ==
+          R"(inline.yaml:4:19: routes[0].match.path: "/%c3%a9" is not a normalised path (did you mean "/%C3%A9"?))");
+    CHECK(route_error("{path: /login;a}") ==
+          R"(inline.yaml:4:19: routes[0].match.path: "/login;a" is not a normalised path (did you mean "/login"?))");
+    CHECK(route_error("{path_prefix: /api/.}") ==
+          R"(inline.yaml:4:26: routes[0].match.path_prefix: "/api/." is not a normalised path (did you mean "/api/"?))");
+    CHECK(route_error("{path_prefix: //}") ==
+          R"(inline.yaml:4:26: routes[0].match.path_prefix: "//" is not a normalised path (did you mean "/"?))");
+    CHECK(route_error("{path: /a%2Fb}") ==
+          R"(inline.yaml:4:19: routes[0].match.path: "/a%2Fb" is not a valid path: encoded / or \ in path)");
+    CHECK(route_error("{path: /a%zz}") ==
+          R"(inline.yaml:4:19: routes[0].match.path: "/a%zz" is not a valid path: invalid percent-encoding in path)");
+    CHECK(route_error("{path: '/a\\b'}") ==
+          R"(inline.yaml:4:19: routes[0].match.path: "/a\b" is not a valid path: backslash in path)");
+    CHECK(route_error("{path: /é}") ==
+          R"(inline.yaml:4:19: routes[0].match.path: "/é" is not a valid path: control, space or non-ASCII byte in path)");
+    // Already normalised: accepted as written.
+    for (const char* ok : {"{path: /}", "{path: /login/}", "{path: /a/.b/c..}", "{path: /%C3%A9}",
+                           "{path: '/a%3Bb'}", "{path_prefix: /api}", "{path: /Login}"}) {
+        CAPTURE(ok);
+        CHECK(route_error(ok) == "<no error>");
+    }
+}
