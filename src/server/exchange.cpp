@@ -103,6 +103,7 @@ awaitable<std::optional<http::failure>> session::connect_upstream() {
     auto ec = co_await relay_.connect(*up_, w_.upstream_endpoints, cfg_->upstream.connect_timeout);
     if (!ec) co_return std::nullopt;
     release_upstream(false);
+    w_.upstream_failed();
     if (relay::is_timeout(ec)) {
         w_.metrics.upstream_failed(metrics::upstream_error::connect_timeout);
         co_return fail::upstream_connect_timeout;

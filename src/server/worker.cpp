@@ -78,6 +78,27 @@ void worker::start() {
     asio::co_spawn(ioc, accept_loop(*this), report);
 }
 
+void worker::upstream_failed() {
+    const auto& url = snap->cfg->upstream.url;
+    boost::system::error_code ec;
+    asio::ip::make_address(url.host, ec);
+    if (!ec || resolving_ || clock::now() - resolved_at_ < std::chrono::seconds(1)) return;
+    resolving_ = true;
+    auto resolver = std::make_shared<tcp::resolver>(ioc);
+    resolver->async_resolve(url.host, std::to_string(url.port),
+                            [this, resolver, host = url.host](boost::system::error_code rec,
+                                                              const tcp::resolver::results_type& found) {
+                                resolving_ = false;
+                                resolved_at_ = clock::now();
+                                if (rec || found.empty()) {
+                                    spdlog::warn("resolving upstream host {} again failed: {}", host, rec.message());
+                                    return;
+                                }
+                                upstream_endpoints.clear();
+                                for (const auto& r : found) upstream_endpoints.push_back(r.endpoint());
+                            });
+}
+
 void worker::begin_drain(std::function<void()> on_drained) {
     draining = true;
     boost::system::error_code ignored;

@@ -55,6 +55,13 @@ struct worker {
     void begin_drain(std::function<void()> on_drained);
     // Installs a new snapshot; requests already running keep theirs. Worker thread only.
     void set_snapshot(std::shared_ptr<const snapshot> s);
+    // Resolves the upstream's name again, in the background (at most once a second), after
+    // a connection to it failed: a DNS name may have moved. Nothing for an IP literal.
+    void upstream_failed();
+
+private:
+    clock::time_point resolved_at_{};
+    bool resolving_ = false;
 };
 
 }  // namespace sluice::server
