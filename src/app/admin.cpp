@@ -2,6 +2,7 @@
 
 #include "http/async.hpp"
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -9,7 +10,6 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/json.hpp>
-#include <spdlog/spdlog.h>
 
 namespace sluice::app {
 
@@ -88,8 +88,10 @@ bhttp::response<bhttp::string_body> refusal(const beast::error_code& ec) {
     bhttp::response<bhttp::string_body> res{too_large ? bhttp::status::payload_too_large : bhttp::status::bad_request,
                                             11};
     res.set(bhttp::field::content_type, "application/json");
-    res.body() = too_large ? R"({"error":"payload_too_large","message":"admin requests are limited to 16 KiB of header and 64 KiB of body"})"
-                           : R"({"error":"bad_request","message":"malformed request"})";
+    res.body() =
+        too_large
+            ? R"({"error":"payload_too_large","message":"admin requests are limited to 16 KiB of header and 64 KiB of body"})"
+            : R"({"error":"bad_request","message":"malformed request"})";
     res.keep_alive(false);
     res.prepare_payload();
     return res;
@@ -119,8 +121,7 @@ asio::awaitable<void> serve_admin(tcp::socket socket, admin_hooks hooks, admin_l
 }  // namespace
 
 admin_server::admin_server(asio::io_context& ioc, tcp::endpoint listen, const metrics::registry& metrics,
-                           std::function<bool()> ready, std::function<app::reload_result()> reload,
-                           admin_limits limits)
+                           std::function<bool()> ready, std::function<app::reload_result()> reload, admin_limits limits)
     : ioc_(ioc),
       acceptor_(ioc),
       metrics_(metrics),

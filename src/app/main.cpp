@@ -5,9 +5,9 @@
 #include "app/server.hpp"
 #include "config/config.hpp"
 
-#include <boost/program_options.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <boost/program_options.hpp>
 
 #include <csignal>
 #include <iostream>
@@ -20,14 +20,12 @@ int main(int argc, char** argv) {
     std::signal(SIGHUP, SIG_IGN);
     std::signal(SIGPIPE, SIG_IGN);
     po::options_description opts("Usage: sluice --config FILE [options]\n\nOptions");
-    opts.add_options()
-        ("config,c", po::value<std::string>()->value_name("FILE"), "configuration file (YAML)")
-        ("check", "validate the configuration, print the first error, and exit")
-        ("threads,t", po::value<unsigned>()->value_name("N"), "worker threads (overrides server.threads; 0 = cores)")
-        ("log-level,l", po::value<std::string>()->value_name("LEVEL"),
-         "trace, debug, info, warn, error or off (overrides log.level)")
-        ("version,v", "print the version and exit")
-        ("help,h", "print this help and exit");
+    opts.add_options()("config,c", po::value<std::string>()->value_name("FILE"), "configuration file (YAML)")(
+        "check", "validate the configuration, print the first error, and exit")(
+        "threads,t", po::value<unsigned>()->value_name("N"), "worker threads (overrides server.threads; 0 = cores)")(
+        "log-level,l", po::value<std::string>()->value_name("LEVEL"),
+        "trace, debug, info, warn, error or off (overrides log.level)")("version,v", "print the version and exit")(
+        "help,h", "print this help and exit");
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, opts), vm);

@@ -18,7 +18,8 @@ void keep(T& next, const T& running, const char* key, std::vector<std::string>& 
 std::string truncated(const config::config& next, const config::config& running) {
     auto lost = [](const char* what, std::size_t before) {
         return "the file has no " + std::string(what) + " while the running configuration has " +
-               std::to_string(before) + "; refusing a reload that would turn limiting off (is the file complete?); "
+               std::to_string(before) +
+               "; refusing a reload that would turn limiting off (is the file complete?); "
                "restart Sluice to run without them";
     };
     if (next.policies.empty() && !running.policies.empty()) return lost("policies", running.policies.size());

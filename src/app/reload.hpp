@@ -13,9 +13,9 @@ namespace sluice::app {
 
 struct reload_result {
     bool ok = false;
-    std::string message;                          // the FILE:LINE:COLUMN error when !ok
-    std::shared_ptr<const config::config> cfg;    // the config to install when ok
-    std::vector<std::string> restart_required;    // keys that changed but keep their running value
+    std::string message;                        // the FILE:LINE:COLUMN error when !ok
+    std::shared_ptr<const config::config> cfg;  // the config to install when ok
+    std::vector<std::string> restart_required;  // keys that changed but keep their running value
 };
 
 // Loads running.source again. Settings that only take effect at start (listen addresses,

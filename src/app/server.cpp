@@ -9,11 +9,11 @@
 #include "store/memory_store.hpp"
 #include "store/redis_store.hpp"
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <spdlog/spdlog.h>
 
 #include <sys/resource.h>
 #include <csignal>
@@ -65,8 +65,9 @@ class gateway {
 public:
     gateway(std::shared_ptr<const config::config> cfg, unsigned threads)
         : cfg_(std::move(cfg)),
-          threads_(threads ? threads : cfg_->server.threads ? cfg_->server.threads
-                                                            : std::max(1u, std::thread::hardware_concurrency())),
+          threads_(threads                ? threads
+                   : cfg_->server.threads ? cfg_->server.threads
+                                          : std::max(1u, std::thread::hardware_concurrency())),
           metrics_(threads_) {}
 
     int run();
@@ -85,8 +86,8 @@ private:
     bool store_ready() const;
     void add_redis_metrics();
 
-    std::unique_ptr<store::memory_store> memory_;                // store.type memory: shared
-    std::vector<std::unique_ptr<store::redis_store>> redis_;     // store.type redis: one per worker
+    std::unique_ptr<store::memory_store> memory_;             // store.type memory: shared
+    std::vector<std::unique_ptr<store::redis_store>> redis_;  // store.type redis: one per worker
     std::vector<std::unique_ptr<server::access_log>> access_logs_;
     std::atomic<std::size_t> open_connections_{0};  // client connections, every worker
     std::vector<std::unique_ptr<server::worker>> workers_;
@@ -165,9 +166,10 @@ bool gateway::start() {
     }
     const char* secret = std::getenv(cfg_->store.hash_secret_env.c_str());
     if (!secret || !*secret)
-        spdlog::warn("{} is not set: identifiers are hashed without a key (plain SHA-256); set it, the same on "
-                     "every gateway, so that stored keys cannot be reversed by enumeration",
-                     cfg_->store.hash_secret_env);
+        spdlog::warn(
+            "{} is not set: identifiers are hashed without a key (plain SHA-256); set it, the same on "
+            "every gateway, so that stored keys cannot be reversed by enumeration",
+            cfg_->store.hash_secret_env);
     identity::hasher hasher(secret ? secret : "");
     if (!start_store()) return false;
     try {
@@ -179,17 +181,15 @@ bool gateway::start() {
     try {
         auto ep = endpoint_of(cfg_->server.listen);
         for (unsigned i = 0; i < threads_; ++i) {
-            workers_.push_back(
-                std::make_unique<server::worker>(snap, metrics_.worker(i), upstream, open_connections_,
-                                                cfg_->server.max_connections, store_for(i), hasher));
+            workers_.push_back(std::make_unique<server::worker>(snap, metrics_.worker(i), upstream, open_connections_,
+                                                                cfg_->server.max_connections, store_for(i), hasher));
             if (!access_logs_.empty()) workers_.back()->access = access_logs_[i].get();
             open_acceptor(workers_.back()->acceptor, ep);
             ep = workers_.back()->acceptor.local_endpoint();
         }
         admin_ = std::make_unique<admin_server>(
             main_ioc_, endpoint_of(cfg_->admin.listen), metrics_, [this] { return store_ready(); },
-            [this] { return reload(); },
-            admin_limits{cfg_->server.header_timeout, cfg_->server.idle_timeout, 64});
+            [this] { return reload(); }, admin_limits{cfg_->server.header_timeout, cfg_->server.idle_timeout, 64});
     } catch (const boost::system::system_error& e) {
         spdlog::error("cannot listen: {}", e.what());
         return false;
@@ -200,8 +200,8 @@ bool gateway::start() {
 void gateway::announce() {
     // Printed at any log level: scripts and tests read the ports from these lines.
     std::fprintf(stderr, "sluice: proxy listening on %s (%u workers), upstream %s:%u\n",
-                 to_text(workers_[0]->acceptor.local_endpoint()).c_str(), threads_,
-                 cfg_->upstream.url.host.c_str(), unsigned{cfg_->upstream.url.port});
+                 to_text(workers_[0]->acceptor.local_endpoint()).c_str(), threads_, cfg_->upstream.url.host.c_str(),
+                 unsigned{cfg_->upstream.url.port});
     std::fprintf(stderr, "sluice: admin listening on %s\n", to_text(admin_->local_endpoint()).c_str());
 }
 

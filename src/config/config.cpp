@@ -16,10 +16,10 @@
 #include <utility>
 #include <vector>
 
+#include <yaml-cpp/yaml.h>
 #include <boost/asio/ip/network_v4.hpp>
 #include <boost/asio/ip/network_v6.hpp>
 #include <boost/url/parse.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include "config/yaml_schema.hpp"
 
@@ -40,10 +40,8 @@ constexpr std::string_view not_positive = "must be greater than 0";
 constexpr std::string_view bad_size = "expected a size like 16384, 64KiB, 10MiB, 1GiB";
 constexpr std::string_view ambiguous_size_unit = "ambiguous unit, use KiB, MiB or GiB";
 constexpr std::string_view size_too_large = "size is too large";
-constexpr std::string_view bad_address =
-    R"(expected an address like "0.0.0.0:8080" or "[::1]:8080")";
-constexpr std::string_view ipv6_needs_brackets =
-    R"(an IPv6 address must be in brackets, like "[::1]:8080")";
+constexpr std::string_view bad_address = R"(expected an address like "0.0.0.0:8080" or "[::1]:8080")";
+constexpr std::string_view ipv6_needs_brackets = R"(an IPv6 address must be in brackets, like "[::1]:8080")";
 constexpr std::string_view host_not_ip = "host must be an IP address";
 constexpr std::string_view listen_port_range = "port must be between 0 and 65535";
 constexpr std::string_view bad_url = "expected a url like http://127.0.0.1:3000";
@@ -55,41 +53,32 @@ constexpr std::string_view url_fragment = "url must not contain a fragment";
 constexpr std::string_view url_host = "url host must be an IP address or a DNS name";
 constexpr std::string_view url_port_range = "port must be between 1 and 65535";
 constexpr std::string_view expected_single_document = "expected a single document";
-constexpr std::string_view bad_host_port =
-    R"(expected host:port like "redis:6379" or "[::1]:6379")";
-constexpr std::string_view host_port_needs_brackets =
-    R"(an IPv6 address must be in brackets, like "[::1]:6379")";
-constexpr std::string_view bad_cidr =
-    R"(expected an IP network like "10.0.0.0/8" or "::1/128", or an IP address)";
+constexpr std::string_view bad_host_port = R"(expected host:port like "redis:6379" or "[::1]:6379")";
+constexpr std::string_view host_port_needs_brackets = R"(an IPv6 address must be in brackets, like "[::1]:6379")";
+constexpr std::string_view bad_cidr = R"(expected an IP network like "10.0.0.0/8" or "::1/128", or an IP address)";
 constexpr std::string_view expected_string = "expected a string";
 constexpr std::string_view must_not_be_empty = "must not be empty";
 constexpr std::string_view listed_twice = "listed twice";
-constexpr std::string_view bad_env_name =
-    "expected an environment variable name like SLUICE_HASH_SECRET";
+constexpr std::string_view bad_env_name = "expected an environment variable name like SLUICE_HASH_SECRET";
 constexpr std::string_view bad_header_name = "expected a header name like X-API-Key";
 constexpr std::string_view bad_key_prefix =
     "must not contain blanks or braces (braces mark the Redis Cluster hash tag)";
 constexpr std::string_view key_prefix_too_long = "must be at most 64 characters";
 constexpr std::string_view jwt_alg_none = "alg none is never accepted";
-constexpr std::string_view jwt_needs_secret =
-    "required when HS256, HS384 or HS512 is listed in algorithms";
-constexpr std::string_view jwt_needs_public_key =
-    "required when RS256 or ES256 is listed in algorithms";
+constexpr std::string_view jwt_needs_secret = "required when HS256, HS384 or HS512 is listed in algorithms";
+constexpr std::string_view jwt_needs_public_key = "required when RS256 or ES256 is listed in algorithms";
 constexpr std::string_view leeway_too_large = "must be at most 10m";
 constexpr std::string_view bad_policy_name = "a policy name may only use a-z, 0-9, _ and -";
-constexpr std::string_view reserved_policy_name =
-    R"("none" is reserved: a route uses it for no limit)";
+constexpr std::string_view reserved_policy_name = R"("none" is reserved: a route uses it for no limit)";
 constexpr std::string_view policy_without_tiers = "policy has no tiers, expected ip or user";
 constexpr std::string_view per_too_large = "must be at most 8784h (366 days)";
-constexpr std::string_view precision_sliding_only =
-    "precision applies to the sliding algorithm only";
+constexpr std::string_view precision_sliding_only = "precision applies to the sliding algorithm only";
 constexpr std::string_view burst_gcra_only = "burst applies to the gcra algorithm only";
 constexpr std::string_view no_default_precision =
     "the default precision, per / 10, is not a whole number of milliseconds: set precision";
 constexpr std::string_view log_limit_too_large = "must be at most 1000 with the log algorithm";
 constexpr std::string_view gcra_tolerance_too_large = "burst * per / limit must be at most 8784h";
-constexpr std::string_view bad_route_path =
-    "expected a path starting with /, without query or fragment";
+constexpr std::string_view bad_route_path = "expected a path starting with /, without query or fragment";
 constexpr std::string_view path_and_path_prefix = "set only one of path and path_prefix";
 constexpr std::string_view route_needs_path = "expected path or path_prefix";
 constexpr std::string_view bad_method = "expected an HTTP method like GET";
@@ -152,8 +141,7 @@ struct duration_unit {
 };
 
 // Largest first: format_duration() picks the first unit that divides exactly.
-constexpr std::array<duration_unit, 4> duration_units{
-    {{"h", 3'600'000}, {"m", 60'000}, {"s", 1000}, {"ms", 1}}};
+constexpr std::array<duration_unit, 4> duration_units{{{"h", 3'600'000}, {"m", 60'000}, {"s", 1000}, {"ms", 1}}};
 
 std::optional<std::uint64_t> duration_unit_ms(std::string_view unit) {
     for (const duration_unit& u : duration_units) {
@@ -232,14 +220,11 @@ parsed<address> parse_address_why(std::string_view s) {
     return make_address(parts->host, parts->port, parts->bracketed ? AF_INET6 : AF_INET);
 }
 
-bool is_ascii_alnum(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-}
+bool is_ascii_alnum(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
 
 bool is_dns_name(std::string_view host) {
-    return !host.empty() && std::all_of(host.begin(), host.end(), [](char c) {
-        return is_ascii_alnum(c) || c == '-' || c == '.' || c == '_';
-    });
+    return !host.empty() && std::all_of(host.begin(), host.end(),
+                                        [](char c) { return is_ascii_alnum(c) || c == '-' || c == '.' || c == '_'; });
 }
 
 // An RFC 9110 token: header field names and request methods.
@@ -263,14 +248,13 @@ bool is_policy_name(std::string_view s) {
 
 bool is_route_path(std::string_view s) {
     return s.starts_with('/') && std::none_of(s.begin(), s.end(), [](char c) {
-        return static_cast<unsigned char>(c) <= ' ' || c == 0x7f || c == '?' || c == '#';
-    });
+               return static_cast<unsigned char>(c) <= ' ' || c == 0x7f || c == '?' || c == '#';
+           });
 }
 
 bool is_key_prefix(std::string_view s) {
-    return std::none_of(s.begin(), s.end(), [](char c) {
-        return static_cast<unsigned char>(c) <= ' ' || c == '{' || c == '}';
-    });
+    return std::none_of(s.begin(), s.end(),
+                        [](char c) { return static_cast<unsigned char>(c) <= ' ' || c == '{' || c == '}'; });
 }
 
 std::string to_lower(std::string s) {
@@ -285,15 +269,12 @@ std::string to_upper(std::string s) {
 
 parsed<std::string> url_host_of(const boost::urls::url_view& u) {
     switch (u.host_type()) {
-        case boost::urls::host_type::ipv4:
-            return std::string(u.encoded_host());
-        case boost::urls::host_type::ipv6:
-            return std::string(u.encoded_host_address());
+        case boost::urls::host_type::ipv4: return std::string(u.encoded_host());
+        case boost::urls::host_type::ipv6: return std::string(u.encoded_host_address());
         case boost::urls::host_type::name:
             if (is_dns_name(u.encoded_host())) return std::string(u.encoded_host());
             return u.encoded_host().empty() ? bad_url : url_host;
-        default:
-            return url_host;
+        default: return url_host;
     }
 }
 
@@ -372,8 +353,8 @@ parsed<cidr> parse_cidr_why(std::string_view s) {
     }
     auto network = network_of(a, prefix);
     if (network != a) {
-        return reason_text{"network has host bits set, did you mean " + network.to_string() +
-                           "/" + std::to_string(prefix) + "?"};
+        return reason_text{"network has host bits set, did you mean " + network.to_string() + "/" +
+                           std::to_string(prefix) + "?"};
     }
     return cidr{network, prefix};
 }
@@ -400,17 +381,11 @@ std::uint64_t read_size(const node_ref& v, std::uint64_t min, std::uint64_t max)
     return n;
 }
 
-address read_address(const node_ref& v) {
-    return take(v, parse_address_why(v.scalar(bad_address)));
-}
+address read_address(const node_ref& v) { return take(v, parse_address_why(v.scalar(bad_address))); }
 
-upstream_url read_upstream_url(const node_ref& v) {
-    return take(v, parse_upstream_url_why(v.scalar(bad_url)));
-}
+upstream_url read_upstream_url(const node_ref& v) { return take(v, parse_upstream_url_why(v.scalar(bad_url))); }
 
-host_port read_host_port(const node_ref& v) {
-    return take(v, parse_host_port_why(v.scalar(bad_host_port)));
-}
+host_port read_host_port(const node_ref& v) { return take(v, parse_host_port_why(v.scalar(bad_host_port))); }
 
 cidr read_cidr(const node_ref& v) { return take(v, parse_cidr_why(v.scalar(bad_cidr))); }
 
@@ -422,8 +397,7 @@ std::string read_string(const node_ref& v) {
 }
 
 // A string that `valid` accepts; `expected` says what it should look like.
-std::string read_checked(const node_ref& v, bool (*valid)(std::string_view),
-                         std::string_view expected) {
+std::string read_checked(const node_ref& v, bool (*valid)(std::string_view), std::string_view expected) {
     const std::string& s = v.scalar(expected);
     if (!valid(s)) v.fail(expected);
     return s;
@@ -439,16 +413,14 @@ E read_enum(const node_ref& v, std::initializer_list<std::string_view> names) {
 
 enum class empty_list { allowed, refused };
 
-void read_list(const node_ref& v, empty_list empty,
-               const std::function<void(const node_ref&)>& read_item) {
+void read_list(const node_ref& v, empty_list empty, const std::function<void(const node_ref&)>& read_item) {
     if (schema::read_sequence(v, read_item) == 0 && empty == empty_list::refused) {
         v.fail(must_not_be_empty);
     }
 }
 
 // A list of distinct strings, each read by `read_item`.
-std::vector<std::string> read_distinct(const node_ref& v,
-                                       std::string (*read_item)(const node_ref&)) {
+std::vector<std::string> read_distinct(const node_ref& v, std::string (*read_item)(const node_ref&)) {
     std::vector<std::string> out;
     read_list(v, empty_list::refused, [&](const node_ref& item) {
         std::string s = read_item(item);
@@ -460,95 +432,85 @@ std::vector<std::string> read_distinct(const node_ref& v,
 
 std::vector<cidr> read_cidrs(const node_ref& v) {
     std::vector<cidr> out;
-    read_list(v, empty_list::allowed,
-              [&](const node_ref& item) { out.push_back(read_cidr(item)); });
+    read_list(v, empty_list::allowed, [&](const node_ref& item) { out.push_back(read_cidr(item)); });
     return out;
 }
 
 // A limit, burst or cost.
-std::int64_t read_count(const node_ref& v) {
-    return schema::read_uint_as<std::int64_t>(v, 1, max_count);
-}
+std::int64_t read_count(const node_ref& v) { return schema::read_uint_as<std::int64_t>(v, 1, max_count); }
 
 // --- sections ---
 
 void read_server(const node_ref& n, server_config& out) {
-    read_mapping(n, {
-        {"listen", [&](const node_ref& v) { out.listen = read_address(v); }},
-        {"threads", [&](const node_ref& v) { out.threads = schema::read_uint_as(v, 0u, 1024u); }},
-        {"max_connections",
-         [&](const node_ref& v) {
-             out.max_connections = schema::read_uint_as<std::size_t>(v, 1, 10'000'000);
-         }},
-        {"header_timeout",
-         [&](const node_ref& v) { out.header_timeout = read_duration(v, zero::refused); }},
-        {"idle_timeout",
-         [&](const node_ref& v) { out.idle_timeout = read_duration(v, zero::refused); }},
-        {"drain_timeout",
-         [&](const node_ref& v) { out.drain_timeout = read_duration(v, zero::allowed); }},
-        {"body_timeout",
-         [&](const node_ref& v) { out.body_timeout = read_duration(v, zero::refused); }},
-        {"max_header_bytes",
-         [&](const node_ref& v) { out.max_header_bytes = read_size(v, 1024, 1 << 20); }},
-        {"max_body_bytes",
-         [&](const node_ref& v) {
-             out.max_body_bytes = read_size(v, 0, std::numeric_limits<std::uint64_t>::max());
-         }},
-    });
+    read_mapping(
+        n, {
+               {"listen", [&](const node_ref& v) { out.listen = read_address(v); }},
+               {"threads", [&](const node_ref& v) { out.threads = schema::read_uint_as(v, 0u, 1024u); }},
+               {"max_connections",
+                [&](const node_ref& v) { out.max_connections = schema::read_uint_as<std::size_t>(v, 1, 10'000'000); }},
+               {"header_timeout", [&](const node_ref& v) { out.header_timeout = read_duration(v, zero::refused); }},
+               {"idle_timeout", [&](const node_ref& v) { out.idle_timeout = read_duration(v, zero::refused); }},
+               {"drain_timeout", [&](const node_ref& v) { out.drain_timeout = read_duration(v, zero::allowed); }},
+               {"body_timeout", [&](const node_ref& v) { out.body_timeout = read_duration(v, zero::refused); }},
+               {"max_header_bytes", [&](const node_ref& v) { out.max_header_bytes = read_size(v, 1024, 1 << 20); }},
+               {"max_body_bytes",
+                [&](const node_ref& v) {
+                    out.max_body_bytes = read_size(v, 0, std::numeric_limits<std::uint64_t>::max());
+                }},
+           });
 }
 
 void read_admin(const node_ref& n, admin_config& out) {
     read_mapping(n, {
-        {"listen", [&](const node_ref& v) { out.listen = read_address(v); }},
-    });
+                        {"listen", [&](const node_ref& v) { out.listen = read_address(v); }},
+                    });
 }
 
 void read_upstream(const node_ref& n, upstream_config& out) {
-    read_mapping(n, {
-        {"url", [&](const node_ref& v) { out.url = read_upstream_url(v); }, presence::required},
-        {"connect_timeout",
-         [&](const node_ref& v) { out.connect_timeout = read_duration(v, zero::refused); }},
-        {"timeout", [&](const node_ref& v) { out.timeout = read_duration(v, zero::refused); }},
-        {"max_idle_per_worker",
-         [&](const node_ref& v) {
-             out.max_idle_per_worker = schema::read_uint_as<std::size_t>(v, 0, 100'000);
-         }},
-    });
+    read_mapping(
+        n, {
+               {"url", [&](const node_ref& v) { out.url = read_upstream_url(v); }, presence::required},
+               {"connect_timeout", [&](const node_ref& v) { out.connect_timeout = read_duration(v, zero::refused); }},
+               {"timeout", [&](const node_ref& v) { out.timeout = read_duration(v, zero::refused); }},
+               {"max_idle_per_worker",
+                [&](const node_ref& v) { out.max_idle_per_worker = schema::read_uint_as<std::size_t>(v, 0, 100'000); }},
+           });
 }
 
 void read_proxy(const node_ref& n, proxy_config& out) {
     read_mapping(n, {
-        {"request_buffering", [&](const node_ref& v) { out.request_buffering = schema::read_bool(v); }},
-        {"request_buffer_bytes",
-         [&](const node_ref& v) { out.request_buffer_bytes = read_size(v, 0, 64 << 20); }},
-    });
+                        {"request_buffering", [&](const node_ref& v) { out.request_buffering = schema::read_bool(v); }},
+                        {"request_buffer_bytes",
+                         [&](const node_ref& v) { out.request_buffer_bytes = read_size(v, 0, 64 << 20); }},
+                    });
 }
 
 void read_log(const node_ref& n, log_config& out) {
     read_mapping(n, {
-        {"level",
-         [&](const node_ref& v) {
-             out.level = schema::read_choice(v, {"trace", "debug", "info", "warn", "error", "off"});
-         }},
-        {"access",
-         [&](const node_ref& a) {
-             read_mapping(a, {
-                 // A file path, "-" for stdout or "off".
-                 {"path", [&](const node_ref& v) {
-                      out.access_path = read_string(v);
-                      if (out.access_path.empty()) v.fail("must not be empty: use a file path, \"-\" or off");
-                  }},
-             });
-         }},
-    });
+                        {"level",
+                         [&](const node_ref& v) {
+                             out.level = schema::read_choice(v, {"trace", "debug", "info", "warn", "error", "off"});
+                         }},
+                        {"access",
+                         [&](const node_ref& a) {
+                             read_mapping(a, {
+                                                 // A file path, "-" for stdout or "off".
+                                                 {"path",
+                                                  [&](const node_ref& v) {
+                                                      out.access_path = read_string(v);
+                                                      if (out.access_path.empty())
+                                                          v.fail("must not be empty: use a file path, \"-\" or off");
+                                                  }},
+                                             });
+                         }},
+                    });
 }
 
 // --- store ---
 
 std::vector<host_port> read_host_ports(const node_ref& v) {
     std::vector<host_port> out;
-    read_list(v, empty_list::refused,
-              [&](const node_ref& item) { out.push_back(read_host_port(item)); });
+    read_list(v, empty_list::refused, [&](const node_ref& item) { out.push_back(read_host_port(item)); });
     return out;
 }
 
@@ -561,37 +523,37 @@ std::string read_key_prefix(const node_ref& v) {
 
 void read_redis(const node_ref& n, store_config& out) {
     read_mapping(n, {
-        {"nodes", [&](const node_ref& v) { out.redis_nodes = read_host_ports(v); }},
-        {"password_env", [&](const node_ref& v) { out.redis_password_env = read_env_name(v); }},
-        {"username", [&](const node_ref& v) { out.redis_username = read_string(v); }},
-        {"database",
-         [&](const node_ref& v) { out.redis_database = schema::read_uint_as(v, 0u, 15u); }},
-        {"timeout",
-         [&](const node_ref& v) { out.redis_timeout = read_duration(v, zero::refused); }},
-        {"key_prefix", [&](const node_ref& v) { out.redis_key_prefix = read_key_prefix(v); }},
-    });
+                        {"nodes", [&](const node_ref& v) { out.redis_nodes = read_host_ports(v); }},
+                        {"password_env", [&](const node_ref& v) { out.redis_password_env = read_env_name(v); }},
+                        {"username", [&](const node_ref& v) { out.redis_username = read_string(v); }},
+                        {"database", [&](const node_ref& v) { out.redis_database = schema::read_uint_as(v, 0u, 15u); }},
+                        {"timeout", [&](const node_ref& v) { out.redis_timeout = read_duration(v, zero::refused); }},
+                        {"key_prefix", [&](const node_ref& v) { out.redis_key_prefix = read_key_prefix(v); }},
+                    });
 }
 
 void read_store(const node_ref& n, store_config& out) {
     using kind = store_config::kind;
     using failure_mode = store_config::failure_mode;
     read_mapping(n, {
-        {"type",
-         [&](const node_ref& v) {
-             out.type = read_enum<kind>(v, {"memory", "redis", "redis-cluster"});
-         }},
-        {"memory",
-         [&](const node_ref& m) {
-             read_mapping(m, {{"max_keys", [&](const node_ref& v) {
-                                   out.memory_max_keys =
-                                       schema::read_uint_as<std::size_t>(v, 1, 1'000'000'000);
-                               }}});
-         }},
-        {"redis", [&](const node_ref& v) { read_redis(v, out); }},
-        {"on_error",
-         [&](const node_ref& v) { out.on_error = read_enum<failure_mode>(v, {"allow", "deny"}); }},
-        {"hash_secret_env", [&](const node_ref& v) { out.hash_secret_env = read_env_name(v); }},
-    });
+                        {"type",
+                         [&](const node_ref& v) {
+                             out.type = read_enum<kind>(v, {"memory", "redis", "redis-cluster"});
+                         }},
+                        {"memory",
+                         [&](const node_ref& m) {
+                             read_mapping(m, {{"max_keys", [&](const node_ref& v) {
+                                                   out.memory_max_keys =
+                                                       schema::read_uint_as<std::size_t>(v, 1, 1'000'000'000);
+                                               }}});
+                         }},
+                        {"redis", [&](const node_ref& v) { read_redis(v, out); }},
+                        {"on_error",
+                         [&](const node_ref& v) {
+                             out.on_error = read_enum<failure_mode>(v, {"allow", "deny"});
+                         }},
+                        {"hash_secret_env", [&](const node_ref& v) { out.hash_secret_env = read_env_name(v); }},
+                    });
 }
 
 // --- clients ---
@@ -601,8 +563,7 @@ std::string read_jwt_algorithm(const node_ref& v) {
     return schema::read_choice(v, {"HS256", "HS384", "HS512", "RS256", "ES256"});
 }
 
-bool lists_any(const std::vector<std::string>& algorithms,
-               std::initializer_list<std::string_view> wanted) {
+bool lists_any(const std::vector<std::string>& algorithms, std::initializer_list<std::string_view> wanted) {
     return std::any_of(algorithms.begin(), algorithms.end(), [&](const std::string& a) {
         return std::find(wanted.begin(), wanted.end(), a) != wanted.end();
     });
@@ -626,62 +587,57 @@ duration read_leeway(const node_ref& v) {
 
 jwt_config read_jwt(const node_ref& n) {
     jwt_config jwt;
-    read_mapping(n, {
-        {"header",
-         [&](const node_ref& v) { jwt.header = read_checked(v, is_token, bad_header_name); }},
-        {"algorithms",
-         [&](const node_ref& v) { jwt.algorithms = read_distinct(v, read_jwt_algorithm); },
-         presence::required},
-        {"secret_env", [&](const node_ref& v) { jwt.secret_env = read_env_name(v); }},
-        {"public_key_file", [&](const node_ref& v) { jwt.public_key_file = read_string(v); }},
-        {"claim", [&](const node_ref& v) { jwt.claim = read_string(v); }},
-        {"leeway", [&](const node_ref& v) { jwt.leeway = read_leeway(v); }},
-    });
+    read_mapping(n,
+                 {
+                     {"header", [&](const node_ref& v) { jwt.header = read_checked(v, is_token, bad_header_name); }},
+                     {"algorithms", [&](const node_ref& v) { jwt.algorithms = read_distinct(v, read_jwt_algorithm); },
+                      presence::required},
+                     {"secret_env", [&](const node_ref& v) { jwt.secret_env = read_env_name(v); }},
+                     {"public_key_file", [&](const node_ref& v) { jwt.public_key_file = read_string(v); }},
+                     {"claim", [&](const node_ref& v) { jwt.claim = read_string(v); }},
+                     {"leeway", [&](const node_ref& v) { jwt.leeway = read_leeway(v); }},
+                 });
     check_jwt_keys(n, jwt);
     return jwt;
 }
 
 void read_user(const node_ref& n, clients_config& out) {
     read_mapping(n, {
-        {"api_key_header",
-         [&](const node_ref& v) {
-             out.api_key_header = read_checked(v, is_token, bad_header_name);
-         }},
-        {"jwt", [&](const node_ref& v) { out.jwt = read_jwt(v); }},
-    });
+                        {"api_key_header",
+                         [&](const node_ref& v) { out.api_key_header = read_checked(v, is_token, bad_header_name); }},
+                        {"jwt", [&](const node_ref& v) { out.jwt = read_jwt(v); }},
+                    });
 }
 
 void read_clients(const node_ref& n, clients_config& out) {
     using forwarded_kind = clients_config::forwarded_kind;
-    read_mapping(n, {
-        {"trusted_proxies", [&](const node_ref& v) { out.trusted_proxies = read_cidrs(v); }},
-        {"forwarded_header",
-         [&](const node_ref& v) {
-             out.forwarded_header =
-                 read_enum<forwarded_kind>(v, {"x-forwarded-for", "forwarded", "none"});
-         }},
-        {"ipv6_prefix",
-         [&](const node_ref& v) { out.ipv6_prefix = schema::read_uint_as(v, 1u, 128u); }},
-        {"allow", [&](const node_ref& v) { out.allow = read_cidrs(v); }},
-        {"user", [&](const node_ref& v) { read_user(v, out); }},
-    });
+    read_mapping(n,
+                 {
+                     {"trusted_proxies", [&](const node_ref& v) { out.trusted_proxies = read_cidrs(v); }},
+                     {"forwarded_header",
+                      [&](const node_ref& v) {
+                          out.forwarded_header = read_enum<forwarded_kind>(v, {"x-forwarded-for", "forwarded", "none"});
+                      }},
+                     {"ipv6_prefix", [&](const node_ref& v) { out.ipv6_prefix = schema::read_uint_as(v, 1u, 128u); }},
+                     {"allow", [&](const node_ref& v) { out.allow = read_cidrs(v); }},
+                     {"user", [&](const node_ref& v) { read_user(v, out); }},
+                 });
 }
 
 void read_response(const node_ref& n, response_config& out) {
     using header_style = response_config::header_style;
     read_mapping(n, {
-        {"headers",
-         [&](const node_ref& v) {
-             out.headers = read_enum<header_style>(v, {"ietf", "legacy", "both", "none"});
-         }},
-    });
+                        {"headers",
+                         [&](const node_ref& v) {
+                             out.headers = read_enum<header_style>(v, {"ietf", "legacy", "both", "none"});
+                         }},
+                    });
 }
 
 // --- policies ---
 
 // In the declaration order of `algorithm`.
 constexpr std::array<std::string_view, 4> algorithm_names{"fixed", "sliding", "gcra", "log"};
-
 
 // Where the keys of a tier were written, for the checks that need the whole tier.
 struct tier_nodes {
@@ -704,9 +660,8 @@ void settle_sliding(tier_config& t, const tier_nodes& at) {
         at.precision->fail("must divide per (" + format_duration(t.per) + ") exactly");
     }
     if (t.per / t.precision > max_buckets) {
-        at.precision->fail("too many buckets: per / precision is " +
-                           std::to_string(t.per / t.precision) + ", at most " +
-                           std::to_string(max_buckets));
+        at.precision->fail("too many buckets: per / precision is " + std::to_string(t.per / t.precision) +
+                           ", at most " + std::to_string(max_buckets));
     }
 }
 
@@ -715,8 +670,8 @@ void settle_gcra(tier_config& t, const tier_nodes& at) {
         t.burst = t.limit;
         return;
     }
-    double tolerance_ms = static_cast<double>(t.burst) * static_cast<double>(t.per.count()) /
-                          static_cast<double>(t.limit);
+    double tolerance_ms =
+        static_cast<double>(t.burst) * static_cast<double>(t.per.count()) / static_cast<double>(t.limit);
     if (tolerance_ms > static_cast<double>(max_per.count())) {
         at.burst->fail(gcra_tolerance_too_large);
     }
@@ -749,37 +704,48 @@ tier_config read_tier(const node_ref& n, const std::string& policy, const std::s
     tier_config t;
     t.kind = kind;
     tier_nodes at;
-    read_mapping(n, {
-        {"limit", [&](const node_ref& v) { t.limit = read_count(v); at.limit = v; },
-         presence::required},
-        {"per", [&](const node_ref& v) { t.per = read_per(v); at.per = v; }, presence::required},
-        {"algorithm",
-         [&](const node_ref& v) {
-             t.algo = read_enum<algorithm>(v, {"fixed", "sliding", "gcra", "log"});  // as algorithm_names
-         }},
-        {"precision",
-         [&](const node_ref& v) {
-             t.precision = read_duration(v, zero::refused);
-             at.precision = v;
-         }},
-        {"burst", [&](const node_ref& v) { t.burst = read_count(v); at.burst = v; }},
-        {"min_interval",
-         [&](const node_ref& v) { t.min_interval = read_duration(v, zero::allowed); }},
-    });
+    read_mapping(n,
+                 {
+                     {"limit",
+                      [&](const node_ref& v) {
+                          t.limit = read_count(v);
+                          at.limit = v;
+                      },
+                      presence::required},
+                     {"per",
+                      [&](const node_ref& v) {
+                          t.per = read_per(v);
+                          at.per = v;
+                      },
+                      presence::required},
+                     {"algorithm",
+                      [&](const node_ref& v) {
+                          t.algo = read_enum<algorithm>(v, {"fixed", "sliding", "gcra", "log"});  // as algorithm_names
+                      }},
+                     {"precision",
+                      [&](const node_ref& v) {
+                          t.precision = read_duration(v, zero::refused);
+                          at.precision = v;
+                      }},
+                     {"burst",
+                      [&](const node_ref& v) {
+                          t.burst = read_count(v);
+                          at.burst = v;
+                      }},
+                     {"min_interval", [&](const node_ref& v) { t.min_interval = read_duration(v, zero::allowed); }},
+                 });
     settle_tier(t, at);
     t.id = tier_id(policy, t);
     return t;
 }
 
-std::vector<tier_config> read_tiers(const node_ref& v, const std::string& policy,
-                                    const std::string& kind) {
+std::vector<tier_config> read_tiers(const node_ref& v, const std::string& policy, const std::string& kind) {
     std::vector<tier_config> out;
     schema::read_sequence(v, [&](const node_ref& item) {
         tier_config t = read_tier(item, policy, kind);
         for (std::size_t i = 0; i < out.size(); ++i) {
             if (out[i].id == t.id) {
-                item.fail("duplicate tier (same id as tier " + std::to_string(i) + ": " + t.id +
-                          ")");
+                item.fail("duplicate tier (same id as tier " + std::to_string(i) + ": " + t.id + ")");
             }
         }
         out.push_back(std::move(t));
@@ -826,10 +792,10 @@ policy_config read_policy(const node_ref& n, const std::string& name) {
     policy_config p;
     p.name = name;
     read_mapping(n, {
-        {"shadow", [&](const node_ref& v) { p.shadow = schema::read_bool(v); }},
-        {"ip", [&](const node_ref& v) { p.ip = read_tiers(v, name, "ip"); }},
-        {"user", [&](const node_ref& v) { p.user = read_tiers(v, name, "user"); }},
-    });
+                        {"shadow", [&](const node_ref& v) { p.shadow = schema::read_bool(v); }},
+                        {"ip", [&](const node_ref& v) { p.ip = read_tiers(v, name, "ip"); }},
+                        {"user", [&](const node_ref& v) { p.user = read_tiers(v, name, "user"); }},
+                    });
     if (p.ip.empty() && p.user.empty()) n.fail(policy_without_tiers);
     name_tiers(p);
     return p;
@@ -850,9 +816,7 @@ struct route_nodes {
     std::optional<node_ref> policy, cost;
 };
 
-std::string read_method(const node_ref& v) {
-    return to_upper(read_checked(v, is_token, bad_method));
-}
+std::string read_method(const node_ref& v) { return to_upper(read_checked(v, is_token, bad_method)); }
 
 // Requests are matched on their normalised path without ";params": a route path in any
 // other form would never match.
@@ -862,46 +826,45 @@ void read_match(const node_ref& n, route_config& r) {
         out = read_checked(v, is_route_path, bad_route_path);
         r.path_at = v.where();  // the router checks the path is in its normal form
     };
-    read_mapping(n, {
-        {"path", [&](const node_ref& v) { read_path(v, r.path); }},
-        {"path_prefix", [&](const node_ref& v) { read_path(v, r.path_prefix); }},
-        {"methods", [&](const node_ref& v) { r.methods = read_distinct(v, read_method); }},
-        {"host",
-         [&](const node_ref& v) {
-             r.host = to_lower(read_checked(v, is_dns_name, bad_route_host));
-         }},
-        {"case_insensitive", [&](const node_ref& v) { r.case_insensitive = schema::read_bool(v); }},
-    });
+    read_mapping(
+        n, {
+               {"path", [&](const node_ref& v) { read_path(v, r.path); }},
+               {"path_prefix", [&](const node_ref& v) { read_path(v, r.path_prefix); }},
+               {"methods", [&](const node_ref& v) { r.methods = read_distinct(v, read_method); }},
+               {"host", [&](const node_ref& v) { r.host = to_lower(read_checked(v, is_dns_name, bad_route_host)); }},
+               {"case_insensitive", [&](const node_ref& v) { r.case_insensitive = schema::read_bool(v); }},
+           });
     if (r.path.empty() && r.path_prefix.empty()) n.fail(route_needs_path);
 }
 
 route_config read_route(const node_ref& n, route_nodes& at) {
     route_config r;
     read_mapping(n, {
-        {"match", [&](const node_ref& v) { read_match(v, r); }, presence::required},
-        {"policy",
-         [&](const node_ref& v) {
-             r.policy = v.scalar(expected_policy_name);
-             at.policy = v;
-         },
-         presence::required},
-        {"cost", [&](const node_ref& v) { r.cost = read_count(v); at.cost = v; }},
-        {"name", [&](const node_ref& v) { r.name = read_string(v); }},
-    });
+                        {"match", [&](const node_ref& v) { read_match(v, r); }, presence::required},
+                        {"policy",
+                         [&](const node_ref& v) {
+                             r.policy = v.scalar(expected_policy_name);
+                             at.policy = v;
+                         },
+                         presence::required},
+                        {"cost",
+                         [&](const node_ref& v) {
+                             r.cost = read_count(v);
+                             at.cost = v;
+                         }},
+                        {"name", [&](const node_ref& v) { r.name = read_string(v); }},
+                    });
     if (r.name.empty()) r.name = r.path.empty() ? r.path_prefix + "*" : r.path;
     return r;
 }
 
 void read_routes(const node_ref& n, std::vector<route_config>& out, std::vector<route_nodes>& at) {
-    schema::read_sequence(n, [&](const node_ref& item) {
-        out.push_back(read_route(item, at.emplace_back()));
-    });
+    schema::read_sequence(n, [&](const node_ref& item) { out.push_back(read_route(item, at.emplace_back())); });
 }
 
-std::string cost_exceeds(std::int64_t cost, std::string_view what, std::int64_t bound,
-                         const tier_config& t) {
-    return "cost " + std::to_string(cost) + " exceeds the " + std::string(what) + " " +
-           std::to_string(bound) + " of tier " + t.id;
+std::string cost_exceeds(std::int64_t cost, std::string_view what, std::int64_t bound, const tier_config& t) {
+    return "cost " + std::to_string(cost) + " exceeds the " + std::string(what) + " " + std::to_string(bound) +
+           " of tier " + t.id;
 }
 
 void check_cost(const node_ref& at, std::int64_t cost, const policy_config& p) {
@@ -931,18 +894,17 @@ void read_config(const node_ref& root, config& out) {
     if (!root.node().IsMap()) root.fail("expected a mapping");
     std::vector<route_nodes> route_nodes;
     read_mapping(root, {
-        {"server", [&](const node_ref& v) { read_server(v, out.server); }},
-        {"admin", [&](const node_ref& v) { read_admin(v, out.admin); }},
-        {"upstream", [&](const node_ref& v) { read_upstream(v, out.upstream); },
-         presence::required},
-        {"proxy", [&](const node_ref& v) { read_proxy(v, out.proxy); }},
-        {"log", [&](const node_ref& v) { read_log(v, out.log); }},
-        {"store", [&](const node_ref& v) { read_store(v, out.store); }},
-        {"clients", [&](const node_ref& v) { read_clients(v, out.clients); }},
-        {"response", [&](const node_ref& v) { read_response(v, out.response); }},
-        {"policies", [&](const node_ref& v) { read_policies(v, out.policies); }},
-        {"routes", [&](const node_ref& v) { read_routes(v, out.routes, route_nodes); }},
-    });
+                           {"server", [&](const node_ref& v) { read_server(v, out.server); }},
+                           {"admin", [&](const node_ref& v) { read_admin(v, out.admin); }},
+                           {"upstream", [&](const node_ref& v) { read_upstream(v, out.upstream); }, presence::required},
+                           {"proxy", [&](const node_ref& v) { read_proxy(v, out.proxy); }},
+                           {"log", [&](const node_ref& v) { read_log(v, out.log); }},
+                           {"store", [&](const node_ref& v) { read_store(v, out.store); }},
+                           {"clients", [&](const node_ref& v) { read_clients(v, out.clients); }},
+                           {"response", [&](const node_ref& v) { read_response(v, out.response); }},
+                           {"policies", [&](const node_ref& v) { read_policies(v, out.policies); }},
+                           {"routes", [&](const node_ref& v) { read_routes(v, out.routes, route_nodes); }},
+                       });
     check_routes(out, route_nodes);
 }
 
@@ -961,8 +923,7 @@ YAML::Node parse_document(const std::string& text, const std::string& name) {
 
 std::string read_whole_file(const std::string& path) {
     auto fail = [&] { throw config_error(path + ": cannot read: " + std::strerror(errno)); };
-    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"),
-                                                     &std::fclose);
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
     if (!f) fail();
     std::string text;
     char buf[8192];
@@ -974,8 +935,7 @@ std::string read_whole_file(const std::string& path) {
 }  // namespace
 
 const policy_config* config::find_policy(std::string_view name) const {
-    auto it = std::find_if(policies.begin(), policies.end(),
-                           [&](const policy_config& p) { return p.name == name; });
+    auto it = std::find_if(policies.begin(), policies.end(), [&](const policy_config& p) { return p.name == name; });
     return it == policies.end() ? nullptr : &*it;
 }
 
@@ -993,9 +953,7 @@ std::shared_ptr<const config> load_string(std::string_view yaml, const std::stri
     return out;
 }
 
-std::shared_ptr<const config> load_file(const std::string& path) {
-    return load_string(read_whole_file(path), path);
-}
+std::shared_ptr<const config> load_file(const std::string& path) { return load_string(read_whole_file(path), path); }
 
 std::optional<duration> parse_duration(std::string_view s) { return parse_duration_why(s).value; }
 
@@ -1003,15 +961,11 @@ std::optional<std::uint64_t> parse_size(std::string_view s) { return parse_size_
 
 std::optional<address> parse_address(std::string_view s) { return parse_address_why(s).value; }
 
-std::optional<upstream_url> parse_upstream_url(std::string_view s) {
-    return parse_upstream_url_why(s).value;
-}
+std::optional<upstream_url> parse_upstream_url(std::string_view s) { return parse_upstream_url_why(s).value; }
 
 std::optional<cidr> parse_cidr(std::string_view s) { return parse_cidr_why(s).value; }
 
-std::optional<host_port> parse_host_port(std::string_view s) {
-    return parse_host_port_why(s).value;
-}
+std::optional<host_port> parse_host_port(std::string_view s) { return parse_host_port_why(s).value; }
 
 std::string format_duration(duration d) {
     for (const duration_unit& u : duration_units) {

@@ -79,8 +79,8 @@ struct proxy_config {
 };
 
 struct log_config {
-    std::string level = "info";        // trace | debug | info | warn | error | off
-    std::string access_path = "-";     // log.access.path: a file, "-" (stdout) or "off"
+    std::string level = "info";     // trace | debug | info | warn | error | off
+    std::string access_path = "-";  // log.access.path: a file, "-" (stdout) or "off"
 
     bool operator==(const log_config&) const = default;
 };
@@ -97,15 +97,15 @@ struct store_config {
     enum class kind { memory, redis, redis_cluster };
     enum class failure_mode { allow, deny };
     kind type = kind::memory;
-    std::size_t memory_max_keys = 1'000'000;             // store.memory.max_keys (>= 1)
+    std::size_t memory_max_keys = 1'000'000;                  // store.memory.max_keys (>= 1)
     std::vector<host_port> redis_nodes{{"127.0.0.1", 6379}};  // store.redis.nodes (non-empty)
-    std::string redis_password_env;                       // store.redis.password_env ("" = no AUTH)
-    std::string redis_username;                           // store.redis.username ("" = default user)
-    unsigned redis_database = 0;                          // store.redis.database (0..15)
-    duration redis_timeout = std::chrono::milliseconds(50);  // store.redis.timeout (> 0)
-    std::string redis_key_prefix = "sluice:";             // store.redis.key_prefix
-    failure_mode on_error = failure_mode::allow;          // store.on_error: allow | deny
-    std::string hash_secret_env = "SLUICE_HASH_SECRET";   // store.hash_secret_env
+    std::string redis_password_env;                           // store.redis.password_env ("" = no AUTH)
+    std::string redis_username;                               // store.redis.username ("" = default user)
+    unsigned redis_database = 0;                              // store.redis.database (0..15)
+    duration redis_timeout = std::chrono::milliseconds(50);   // store.redis.timeout (> 0)
+    std::string redis_key_prefix = "sluice:";                 // store.redis.key_prefix
+    failure_mode on_error = failure_mode::allow;              // store.on_error: allow | deny
+    std::string hash_secret_env = "SLUICE_HASH_SECRET";       // store.hash_secret_env
 
     bool operator==(const store_config&) const = default;
 };
@@ -119,11 +119,11 @@ struct cidr {
 };
 
 struct jwt_config {
-    std::string header = "Authorization";    // value "Bearer <token>"
-    std::vector<std::string> algorithms;      // non-empty, each HS256|HS384|HS512|RS256|ES256
-    std::string secret_env;                   // required if any HS* algorithm is listed
-    std::string public_key_file;              // required if RS256 or ES256 is listed (PEM)
-    std::string claim = "sub";                // the claim that names the user
+    std::string header = "Authorization";        // value "Bearer <token>"
+    std::vector<std::string> algorithms;         // non-empty, each HS256|HS384|HS512|RS256|ES256
+    std::string secret_env;                      // required if any HS* algorithm is listed
+    std::string public_key_file;                 // required if RS256 or ES256 is listed (PEM)
+    std::string claim = "sub";                   // the claim that names the user
     duration leeway = std::chrono::seconds(30);  // for exp / nbf
 
     bool operator==(const jwt_config&) const = default;
@@ -131,12 +131,12 @@ struct jwt_config {
 
 struct clients_config {
     enum class forwarded_kind { x_forwarded_for, forwarded, none };
-    std::vector<cidr> trusted_proxies;                            // clients.trusted_proxies
+    std::vector<cidr> trusted_proxies;  // clients.trusted_proxies
     forwarded_kind forwarded_header = forwarded_kind::x_forwarded_for;
-    unsigned ipv6_prefix = 64;                                    // 1..128
-    std::string api_key_header;                                   // clients.user.api_key_header ("" = none)
-    std::optional<jwt_config> jwt;                                // clients.user.jwt
-    std::vector<cidr> allow;                                      // clients.allow: bypass every limit
+    unsigned ipv6_prefix = 64;      // 1..128
+    std::string api_key_header;     // clients.user.api_key_header ("" = none)
+    std::optional<jwt_config> jwt;  // clients.user.jwt
+    std::vector<cidr> allow;        // clients.allow: bypass every limit
 
     bool operator==(const clients_config&) const = default;
 };
@@ -162,7 +162,7 @@ struct tier_config {
     std::int64_t limit = 0;
     duration per{0};
     algorithm algo = algorithm::sliding;
-    duration precision{0};  // fixed and sliding: the bucket size
+    duration precision{0};   // fixed and sliding: the bucket size
     std::int64_t burst = 0;  // gcra
     duration min_interval{0};
 
@@ -218,12 +218,12 @@ std::shared_ptr<const config> load_file(const std::string& path);
 std::shared_ptr<const config> load_string(std::string_view yaml, const std::string& name);
 
 // Scalar parsers, exposed for unit tests. Each returns nullopt on any malformed input.
-std::optional<duration> parse_duration(std::string_view s);      // "250ms" "1s" "5m" "1h"
-std::optional<std::uint64_t> parse_size(std::string_view s);     // "16384" "64KiB" "10MiB" "1GiB"
-std::optional<address> parse_address(std::string_view s);        // "0.0.0.0:8080" "[::1]:9090"
+std::optional<duration> parse_duration(std::string_view s);   // "250ms" "1s" "5m" "1h"
+std::optional<std::uint64_t> parse_size(std::string_view s);  // "16384" "64KiB" "10MiB" "1GiB"
+std::optional<address> parse_address(std::string_view s);     // "0.0.0.0:8080" "[::1]:9090"
 std::optional<upstream_url> parse_upstream_url(std::string_view s);
-std::optional<cidr> parse_cidr(std::string_view s);               // "10.0.0.0/8" "::1" "2001:db8::/32"
-std::optional<host_port> parse_host_port(std::string_view s);     // "redis:6379" "127.0.0.1:6379" "[::1]:6379"
-std::string format_duration(duration d);                          // 1000ms -> "1s", 90s -> "90s", 3600s -> "1h"
+std::optional<cidr> parse_cidr(std::string_view s);            // "10.0.0.0/8" "::1" "2001:db8::/32"
+std::optional<host_port> parse_host_port(std::string_view s);  // "redis:6379" "127.0.0.1:6379" "[::1]:6379"
+std::string format_duration(duration d);                       // 1000ms -> "1s", 90s -> "90s", 3600s -> "1h"
 
 }  // namespace sluice::config

@@ -37,8 +37,7 @@ std::string range_reason(std::uint64_t min, std::uint64_t max) {
     return "must be between " + std::to_string(min) + " and " + std::to_string(max);
 }
 
-void check_missing(const node_ref& map, std::initializer_list<field> fields,
-                   const std::vector<bool>& seen) {
+void check_missing(const node_ref& map, std::initializer_list<field> fields, const std::vector<bool>& seen) {
     for (const field& f : fields) {
         if (f.need == presence::required && !seen[index_of(fields, &f)]) {
             map.fail_at(map.mark(), map.path_of(f.key), missing_key);
@@ -47,8 +46,8 @@ void check_missing(const node_ref& map, std::initializer_list<field> fields,
 }
 
 // One `key: value` of `map`: the key must be known and not seen before.
-void read_entry(const node_ref& map, std::initializer_list<field> fields,
-                std::vector<bool>& seen, const YAML::Node& key, const YAML::Node& value) {
+void read_entry(const node_ref& map, std::initializer_list<field> fields, std::vector<bool>& seen,
+                const YAML::Node& key, const YAML::Node& value) {
     const field* f = find_field(fields, key.Scalar());
     if (f == nullptr) map.fail_at(key.Mark(), map.path_of(key.Scalar()), unknown_key);
     std::size_t i = index_of(fields, f);
@@ -83,8 +82,7 @@ std::string position(const std::string& source, const YAML::Mark& mark, std::str
     return what;
 }
 
-void throw_error(const std::string& source, const YAML::Mark& mark, std::string_view path,
-                 std::string_view reason) {
+void throw_error(const std::string& source, const YAML::Mark& mark, std::string_view path, std::string_view reason) {
     std::string what = position(source, mark, path);
     what += ": ";
     what += reason;
@@ -94,8 +92,7 @@ void throw_error(const std::string& source, const YAML::Mark& mark, std::string_
 node_ref::node_ref(const YAML::Node& root, const std::string& source)
     : node_ref(root, std::string(), source, YAML::Mark::null_mark()) {}
 
-node_ref::node_ref(const YAML::Node& node, std::string path, const std::string& source,
-                   YAML::Mark fallback)
+node_ref::node_ref(const YAML::Node& node, std::string path, const std::string& source, YAML::Mark fallback)
     : node_(node), path_(std::move(path)), source_(&source), fallback_(fallback) {}
 
 YAML::Mark node_ref::mark() const {
@@ -126,8 +123,7 @@ std::string node_ref::where() const { return position(*source_, mark(), path_); 
 
 void node_ref::fail_at_key(std::string_view reason) const { fail_at(fallback_, path_, reason); }
 
-void node_ref::fail_at(const YAML::Mark& mark, std::string_view path,
-                       std::string_view reason) const {
+void node_ref::fail_at(const YAML::Mark& mark, std::string_view path, std::string_view reason) const {
     throw_error(*source_, mark, path, reason);
 }
 
@@ -138,14 +134,12 @@ const std::string& node_ref::scalar(std::string_view expected) const {
 
 void read_mapping(const node_ref& map, std::initializer_list<field> fields) {
     std::vector<bool> seen(fields.size(), false);
-    for_each_entry(map, [&](const YAML::Node& key, const YAML::Node& value) {
-        read_entry(map, fields, seen, key, value);
-    });
+    for_each_entry(map,
+                   [&](const YAML::Node& key, const YAML::Node& value) { read_entry(map, fields, seen, key, value); });
     check_missing(map, fields, seen);
 }
 
-void read_entries(const node_ref& map,
-                  const std::function<void(const std::string&, const node_ref&)>& read) {
+void read_entries(const node_ref& map, const std::function<void(const std::string&, const node_ref&)>& read) {
     std::set<std::string> seen;
     for_each_entry(map, [&](const YAML::Node& key, const YAML::Node& value) {
         if (!seen.insert(key.Scalar()).second) {
@@ -186,8 +180,7 @@ std::uint64_t read_uint(const node_ref& value, std::uint64_t min, std::uint64_t 
     return n;
 }
 
-std::size_t read_choice_index(const node_ref& value,
-                              std::initializer_list<std::string_view> choices) {
+std::size_t read_choice_index(const node_ref& value, std::initializer_list<std::string_view> choices) {
     std::string list;
     for (std::string_view c : choices) {
         list += list.empty() ? "" : ", ";

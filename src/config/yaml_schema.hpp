@@ -24,8 +24,8 @@ namespace sluice::config::schema {
 // "SOURCE:LINE:COLUMN: PATH" (an empty path reads "(root)").
 std::string position(const std::string& source, const YAML::Mark& mark, std::string_view path);
 // Throws config_error "SOURCE:LINE:COLUMN: PATH: REASON".
-[[noreturn]] void throw_error(const std::string& source, const YAML::Mark& mark,
-                              std::string_view path, std::string_view reason);
+[[noreturn]] void throw_error(const std::string& source, const YAML::Mark& mark, std::string_view path,
+                              std::string_view reason);
 
 class node_ref {
 public:
@@ -55,15 +55,13 @@ public:
     std::string where() const;
     // At this value's key (a mapping value), or where the list holding it starts (an item).
     [[noreturn]] void fail_at_key(std::string_view reason) const;
-    [[noreturn]] void fail_at(const YAML::Mark& mark, std::string_view path,
-                              std::string_view reason) const;
+    [[noreturn]] void fail_at(const YAML::Mark& mark, std::string_view path, std::string_view reason) const;
 
     // The scalar text; fails with `expected` when the value is not a scalar.
     const std::string& scalar(std::string_view expected) const;
 
 private:
-    node_ref(const YAML::Node& node, std::string path, const std::string& source,
-             YAML::Mark fallback);
+    node_ref(const YAML::Node& node, std::string path, const std::string& source, YAML::Mark fallback);
 
     YAML::Node node_;
     std::string path_;
@@ -85,8 +83,7 @@ void read_mapping(const node_ref& map, std::initializer_list<field> fields);
 
 // Reads a mapping whose keys are names chosen by the user, in document order: `read` gets
 // each key and its value. Keys must be plain and unique. An empty value has no entries.
-void read_entries(const node_ref& map,
-                  const std::function<void(const std::string&, const node_ref&)>& read);
+void read_entries(const node_ref& map, const std::function<void(const std::string&, const node_ref&)>& read);
 
 // Reads a sequence item by item, in order; an empty value counts as an empty list.
 // Fails with "expected a list" when the value is something else. Returns the item count.
@@ -107,8 +104,7 @@ T read_uint_as(const node_ref& value, T min, T max) {
 std::string read_choice(const node_ref& value, std::initializer_list<std::string_view> choices);
 
 // The position of the value among `choices`, compared exactly.
-std::size_t read_choice_index(const node_ref& value,
-                              std::initializer_list<std::string_view> choices);
+std::size_t read_choice_index(const node_ref& value, std::initializer_list<std::string_view> choices);
 
 // Fails with "must be between MIN and MAX" unless min <= n <= max.
 void check_range(const node_ref& value, std::uint64_t n, std::uint64_t min, std::uint64_t max);

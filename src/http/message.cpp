@@ -27,8 +27,8 @@ void message_head::add(bhttp::field f, std::string_view name, std::string_view v
     fields_.push_back(h);
 }
 
-void message_head::set_request_line(bhttp::verb v, std::string_view method_text,
-                                    std::string_view target, unsigned ver) {
+void message_head::set_request_line(bhttp::verb v, std::string_view method_text, std::string_view target,
+                                    unsigned ver) {
     method = v;
     text_.assign(method_text);
     text_.append(target);
@@ -76,8 +76,7 @@ void body_sink::finish() {
 }
 
 template <bool R>
-void parser<R>::on_request_impl(bhttp::verb v, bsv method, bsv target,
-                                int version, error_code&) {
+void parser<R>::on_request_impl(bhttp::verb v, bsv method, bsv target, int version, error_code&) {
     head_.set_request_line(v, method, target, static_cast<unsigned>(version));
 }
 
@@ -87,8 +86,7 @@ void parser<R>::on_response_impl(int status, bsv reason, int version, error_code
 }
 
 template <bool R>
-void parser<R>::on_field_impl(bhttp::field f, bsv name, bsv value,
-                              error_code&) {
+void parser<R>::on_field_impl(bhttp::field f, bsv name, bsv value, error_code&) {
     using boost::beast::iequals;
     // Beast 1.81 accepts codings other than a final `chunked`, and a Content-Length after a
     // non-chunked Transfer-Encoding. Either lets two hops disagree on where a message

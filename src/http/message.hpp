@@ -29,8 +29,7 @@ class message_head {
 public:
     void clear();
     void add(bhttp::field f, std::string_view name, std::string_view value);
-    void set_request_line(bhttp::verb v, std::string_view method, std::string_view target,
-                          unsigned version);
+    void set_request_line(bhttp::verb v, std::string_view method, std::string_view target, unsigned version);
     void set_status_line(unsigned status, std::string_view reason, unsigned version);
 
     std::string_view name(const header_field& h) const { return {text_.data() + h.name_off, h.name_len}; }
@@ -81,19 +80,14 @@ private:
     using error_code = boost::beast::error_code;
     using bsv = boost::beast::string_view;
 
-    void on_request_impl(bhttp::verb v, bsv method, bsv target,
-                         int version, error_code& ec) override;
-    void on_response_impl(int status, bsv reason, int version,
-                          error_code& ec) override;
-    void on_field_impl(bhttp::field f, bsv name, bsv value,
-                       error_code& ec) override;
+    void on_request_impl(bhttp::verb v, bsv method, bsv target, int version, error_code& ec) override;
+    void on_response_impl(int status, bsv reason, int version, error_code& ec) override;
+    void on_field_impl(bhttp::field f, bsv name, bsv value, error_code& ec) override;
     void on_header_impl(error_code& ec) override;
     void on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code& ec) override;
     std::size_t on_body_impl(bsv body, error_code& ec) override;
-    void on_chunk_header_impl(std::uint64_t size, bsv extensions,
-                              error_code& ec) override;
-    std::size_t on_chunk_body_impl(std::uint64_t remain, bsv body,
-                                   error_code& ec) override;
+    void on_chunk_header_impl(std::uint64_t size, bsv extensions, error_code& ec) override;
+    std::size_t on_chunk_body_impl(std::uint64_t remain, bsv body, error_code& ec) override;
     void on_finish_impl(error_code& ec) override;
 
     message_head& head_;

@@ -50,7 +50,8 @@ inline constexpr failure upstream_cut{502, "bad_gateway", "the upstream failed w
 inline constexpr failure upstream_unasked_101{502, "bad_gateway", "the upstream switched protocols unasked"};
 inline constexpr failure store_down{503, "store_unavailable",
                                     "the rate-limit store cannot be reached and store.on_error is deny"};
-inline constexpr failure upstream_timeout{504, "upstream_timeout", "the upstream did not answer within upstream.timeout"};
+inline constexpr failure upstream_timeout{504, "upstream_timeout",
+                                          "the upstream did not answer within upstream.timeout"};
 inline constexpr failure upstream_send_timeout{504, "upstream_timeout",
                                                "the upstream stopped reading the request within upstream.timeout"};
 }  // namespace fail

@@ -24,8 +24,8 @@ bool parse_literal(std::string_view s, address& out) {
     char buf[max_len + 1];
     for (std::size_t i = 0; i < s.size(); ++i) {
         const char c = s[i];
-        const bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
-                        (c >= 'A' && c <= 'F') || c == '.' || c == ':';
+        const bool ok =
+            (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == '.' || c == ':';
         if (!ok) return false;  // also rejects '%' zone ids and embedded NULs
         buf[i] = c;
     }
@@ -178,8 +178,7 @@ void parse_forwarded_field(std::string_view s, std::vector<hop>& hops) {
 address normalize(const address& a) {
     if (a.is_v6()) {
         const auto v6 = a.to_v6();
-        if (v6.is_v4_mapped())
-            return boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, v6);
+        if (v6.is_v4_mapped()) return boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, v6);
     }
     return a;
 }
@@ -246,19 +245,18 @@ bool parse_forwarded_node(std::string_view s, address& out) {
         if (all_digits(p, 5)) return true;
         if (p.size() < 2 || p.front() != '_') return false;
         return std::all_of(p.begin() + 1, p.end(), [](char c) {
-            return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                   c == '.' || c == '_' || c == '-';
+            return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+                   c == '-';
         });
     };
     // Unbracketed IPv6 is not a valid node; "unknown" and "_obf" fail the literal parse.
     return parse_host_port(s, out, false, port_ok);
 }
 
-address client_address(const address& peer0, const std::vector<std::string_view>& header_values,
-                       forwarded_kind kind, const cidr_set& trusted) {
+address client_address(const address& peer0, const std::vector<std::string_view>& header_values, forwarded_kind kind,
+                       const cidr_set& trusted) {
     const address peer = normalize(peer0);
-    if (kind == forwarded_kind::none || header_values.empty() || !trusted.contains(peer))
-        return peer;
+    if (kind == forwarded_kind::none || header_values.empty() || !trusted.contains(peer)) return peer;
 
     address current = peer;  // the last trusted hop examined
     if (kind == forwarded_kind::x_forwarded_for) {
@@ -266,8 +264,7 @@ address client_address(const address& peer0, const std::vector<std::string_view>
             std::string_view field = *f;
             while (true) {
                 const auto comma = field.rfind(',');
-                const std::string_view entry =
-                    trim(comma == std::string_view::npos ? field : field.substr(comma + 1));
+                const std::string_view entry = trim(comma == std::string_view::npos ? field : field.substr(comma + 1));
                 if (!entry.empty()) {
                     address a;
                     if (!parse_xff_entry(entry, a)) return current;

@@ -45,8 +45,7 @@ hasher::hasher(std::string secret) : keyed_(!secret.empty()) {
     OPENSSL_cleanse(secret.data(), secret.size());
 }
 
-hasher::hasher(const hasher& other)
-    : keyed_(other.keyed_), ipad_(other.ipad_), opad_(other.opad_), md_(other.md_) {
+hasher::hasher(const hasher& other) : keyed_(other.keyed_), ipad_(other.ipad_), opad_(other.opad_), md_(other.md_) {
     if (md_ != nullptr) EVP_MD_up_ref(md_);
 }
 
@@ -75,15 +74,13 @@ hasher::digest hasher::hash(std::string_view kind, std::string_view id) const {
     unsigned len = 0;
     bool ok = EVP_DigestInit_ex2(c, md_, nullptr) == 1;
     if (keyed_) ok = ok && EVP_DigestUpdate(c, ipad_.data(), ipad_.size()) == 1;
-    ok = ok && EVP_DigestUpdate(c, kind.data(), kind.size()) == 1 &&
-         EVP_DigestUpdate(c, ":", 1) == 1 && EVP_DigestUpdate(c, id.data(), id.size()) == 1 &&
-         EVP_DigestFinal_ex(c, full, &len) == 1;
+    ok = ok && EVP_DigestUpdate(c, kind.data(), kind.size()) == 1 && EVP_DigestUpdate(c, ":", 1) == 1 &&
+         EVP_DigestUpdate(c, id.data(), id.size()) == 1 && EVP_DigestFinal_ex(c, full, &len) == 1;
     if (ok && keyed_) {
         unsigned char inner[EVP_MAX_MD_SIZE];
         const unsigned inner_len = len;
         std::copy(full, full + inner_len, inner);
-        ok = EVP_DigestInit_ex2(c, md_, nullptr) == 1 &&
-             EVP_DigestUpdate(c, opad_.data(), opad_.size()) == 1 &&
+        ok = EVP_DigestInit_ex2(c, md_, nullptr) == 1 && EVP_DigestUpdate(c, opad_.data(), opad_.size()) == 1 &&
              EVP_DigestUpdate(c, inner, inner_len) == 1 && EVP_DigestFinal_ex(c, full, &len) == 1;
     }
     if (!ok || len < out.size()) return digest{};

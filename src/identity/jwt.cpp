@@ -1,11 +1,11 @@
 #include "identity/jwt.hpp"
 
-#include <boost/json.hpp>
 #include <jwt.h>
 #include <openssl/bio.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <boost/json.hpp>
 
 #include <algorithm>
 #include <fstream>
@@ -121,8 +121,8 @@ std::string read_file(const std::string& path) {
 // Checks that `pem` is a public key usable for every asymmetric algorithm listed.
 void check_public_key(const std::string& pem, const std::string& path, bool want_rsa, bool want_ec) {
     if (want_rsa && want_ec)
-        throw std::runtime_error("jwt: RS256 and ES256 cannot both be listed: public_key_file '" +
-                                 path + "' holds one key");
+        throw std::runtime_error("jwt: RS256 and ES256 cannot both be listed: public_key_file '" + path +
+                                 "' holds one key");
     std::unique_ptr<BIO, bio_deleter> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
     if (!bio) throw std::runtime_error("jwt: out of memory reading the public key");
     std::unique_ptr<EVP_PKEY, pkey_deleter> key(PEM_read_bio_PUBKEY(bio.get(), nullptr, nullptr, nullptr));
@@ -132,8 +132,7 @@ void check_public_key(const std::string& pem, const std::string& path, bool want
     const int id = EVP_PKEY_get_base_id(key.get());
     if (want_rsa) {
         if (id != EVP_PKEY_RSA)
-            throw std::runtime_error("jwt: RS256 is listed but public_key_file '" + path +
-                                     "' is not an RSA key");
+            throw std::runtime_error("jwt: RS256 is listed but public_key_file '" + path + "' is not an RSA key");
         if (EVP_PKEY_get_bits(key.get()) < 2048)
             throw std::runtime_error("jwt: the RSA key in '" + path + "' is shorter than 2048 bits");
     }
@@ -143,8 +142,7 @@ void check_public_key(const std::string& pem, const std::string& path, bool want
         if (id != EVP_PKEY_EC ||
             EVP_PKEY_get_utf8_string_param(key.get(), OSSL_PKEY_PARAM_GROUP_NAME, group, sizeof group, &len) != 1 ||
             std::string_view(group, len) != "prime256v1")
-            throw std::runtime_error("jwt: ES256 is listed but public_key_file '" + path +
-                                     "' is not an EC P-256 key");
+            throw std::runtime_error("jwt: ES256 is listed but public_key_file '" + path + "' is not an EC P-256 key");
     }
 }
 
@@ -157,18 +155,15 @@ jwt_verifier::result invalid(std::string reason) {
 
 }  // namespace
 
-jwt_verifier::jwt_verifier(const config::jwt_config& cfg,
-                           const std::function<const char*(const char*)>& getenv)
-    : claim_(cfg.claim),
-      leeway_seconds_(static_cast<double>(cfg.leeway.count()) / 1000.0) {
+jwt_verifier::jwt_verifier(const config::jwt_config& cfg, const std::function<const char*(const char*)>& getenv)
+    : claim_(cfg.claim), leeway_seconds_(static_cast<double>(cfg.leeway.count()) / 1000.0) {
     if (cfg.algorithms.empty()) throw std::runtime_error("jwt: no algorithms configured");
     if (claim_.empty()) throw std::runtime_error("jwt: no claim configured");
     bool any_hs = false, want_rsa = false, want_ec = false;
     for (const auto& name : cfg.algorithms) {
         const auto a = alg_from_name(name);
         if (!a) throw std::runtime_error("jwt: unsupported algorithm '" + name + "'");
-        if (std::find(algorithms_.begin(), algorithms_.end(), *a) == algorithms_.end())
-            algorithms_.push_back(*a);
+        if (std::find(algorithms_.begin(), algorithms_.end(), *a) == algorithms_.end()) algorithms_.push_back(*a);
         any_hs = any_hs || is_hs(*a);
         want_rsa = want_rsa || *a == JWT_ALG_RS256;
         want_ec = want_ec || *a == JWT_ALG_ES256;
@@ -194,8 +189,7 @@ jwt_verifier::result jwt_verifier::verify(std::string_view header_value, std::in
     // 1. "Bearer <token>"
     const std::string_view v = trim(header_value);
     const auto sp = v.find_first_of(" \t");
-    if (sp == std::string_view::npos || !iequals(v.substr(0, sp), "bearer"))
-        return invalid("bearer token required");
+    if (sp == std::string_view::npos || !iequals(v.substr(0, sp), "bearer")) return invalid("bearer token required");
     const std::string_view token = trim(v.substr(sp + 1));
     if (token.empty()) return invalid("bearer token required");
     if (token.size() > max_token_bytes) return invalid("malformed token");

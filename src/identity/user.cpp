@@ -2,8 +2,7 @@
 
 namespace sluice::identity {
 
-user_resolver::user_resolver(const config::clients_config& c,
-                             const std::function<const char*(const char*)>& getenv)
+user_resolver::user_resolver(const config::clients_config& c, const std::function<const char*(const char*)>& getenv)
     : api_key_header_(c.api_key_header) {
     if (c.jwt) {
         jwt_header_ = c.jwt->header;
@@ -11,8 +10,7 @@ user_resolver::user_resolver(const config::clients_config& c,
     }
 }
 
-user_result user_resolver::resolve(std::string_view api_key_value,
-                                   std::optional<std::string_view> jwt_header_value,
+user_result user_resolver::resolve(std::string_view api_key_value, std::optional<std::string_view> jwt_header_value,
                                    std::int64_t now_unix_seconds) const {
     user_result r;
     if (!api_key_header_.empty() && !api_key_value.empty()) {

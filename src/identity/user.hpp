@@ -36,8 +36,7 @@ public:
                            const std::function<const char*(const char*)>& getenv = ::getenv);
 
     user_result resolve(std::string_view api_key_value,  // "" if absent
-                        std::optional<std::string_view> jwt_header_value,
-                        std::int64_t now_unix_seconds) const;
+                        std::optional<std::string_view> jwt_header_value, std::int64_t now_unix_seconds) const;
 
     const std::string& api_key_header() const { return api_key_header_; }  // "" = not configured
     const std::string* jwt_header() const { return jwt_ ? &jwt_header_ : nullptr; }

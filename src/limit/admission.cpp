@@ -6,8 +6,8 @@
 
 namespace sluice::limit {
 
-bool admission::prepare(const admission_context& ctx, const policy& p, std::int64_t cost,
-                        const identity::caller& who, const http::message_head& req, outcome& out) {
+bool admission::prepare(const admission_context& ctx, const policy& p, std::int64_t cost, const identity::caller& who,
+                        const http::message_head& req, outcome& out) {
     if (who.allow_listed) {
         out.decision = "bypass";
         return false;
@@ -23,8 +23,8 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
         keys_[n++] = {'i', cached_ip_, p.ip};
     }
     if (ctx.clients.users) {
-        auto now = std::chrono::duration_cast<std::chrono::seconds>(
-                       std::chrono::system_clock::now().time_since_epoch()).count();
+        auto now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                       .count();
         auto user = identity::identify_user(*ctx.clients.users, req, now);
         if (user.status == identity::user_result::status::invalid) {
             out.what = outcome::kind::unauthorized;
@@ -48,8 +48,8 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
     return n > 0;
 }
 
-void admission::conclude(const admission_context& ctx, const policy& p, const check_result& result,
-                         metrics::shard& m, outcome& out) {
+void admission::conclude(const admission_context& ctx, const policy& p, const check_result& result, metrics::shard& m,
+                         outcome& out) {
     if (result.state == check_result::status::error) {
         m.store_failed();
         out.decision = "store_error";

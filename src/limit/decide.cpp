@@ -35,7 +35,9 @@ check check_buckets(const tier& t, const tier_state& s, usec now, std::int64_t c
     c.remaining = t.limit - count - (c.ok ? cost : 0);
     auto leaves = [&](std::int64_t index) { return (index + t.buckets) * t.bucket - now; };
     if (c.ok) {
-        c.reset = first_live >= 0 ? leaves(s.data[static_cast<std::size_t>(first_live)]) : cost > 0 ? leaves(current) : 0;
+        c.reset = first_live >= 0 ? leaves(s.data[static_cast<std::size_t>(first_live)])
+                  : cost > 0      ? leaves(current)
+                                  : 0;
         return c;
     }
     // A cost above the limit never fits (config forbids it; stay defined regardless).
@@ -170,9 +172,7 @@ tier tier::from(const config::tier_config& c) {
     t.min_interval = c.min_interval.count() * us_per_ms;
     t.horizon = std::max(t.per, t.min_interval);
     switch (c.algo) {
-        case config::algorithm::fixed:
-            t.bucket = t.per;
-            break;
+        case config::algorithm::fixed: t.bucket = t.per; break;
         case config::algorithm::sliding:
             t.bucket = c.precision.count() * us_per_ms;
             t.buckets = t.per / t.bucket;
@@ -183,8 +183,7 @@ tier tier::from(const config::tier_config& c) {
             t.tolerance = t.burst * t.interval;
             t.horizon = std::max(t.horizon, t.tolerance);
             break;
-        case config::algorithm::log:
-            break;
+        case config::algorithm::log: break;
     }
     return t;
 }

@@ -29,13 +29,13 @@ struct tier {
     config::algorithm algo = config::algorithm::sliding;
     std::int64_t limit = 0;
     usec per = 0;
-    usec bucket = 0;        // fixed and sliding: the bucket size (fixed: per)
+    usec bucket = 0;           // fixed and sliding: the bucket size (fixed: per)
     std::int64_t buckets = 1;  // fixed and sliding: per / bucket
     std::int64_t burst = 0;    // gcra
     usec interval = 0;         // gcra emission interval T = ceil(per / limit)
     usec tolerance = 0;        // gcra: burst * T
     usec min_interval = 0;
-    usec horizon = 0;          // how long after its last admission the state can matter
+    usec horizon = 0;  // how long after its last admission the state can matter
 
     static tier from(const config::tier_config& c);
 };

@@ -7,9 +7,7 @@ namespace sluice::limit {
 
 namespace {
 
-usec to_usec(deny_cache::clock::duration d) {
-    return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
-}
+usec to_usec(deny_cache::clock::duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); }
 
 template <class T>
 void append_raw(std::string& out, const T& v) {

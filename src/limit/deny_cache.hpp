@@ -35,7 +35,7 @@ public:
 
 private:
     struct entry {
-        decision verdict;  // tier pointers rebuilt from the request on each hit
+        decision verdict;                   // tier pointers rebuilt from the request on each hit
         std::vector<std::size_t> tier_pos;  // per tier result: its index within its key's tiers
         clock::time_point given{}, until{};
         std::uint64_t seq = 0;
@@ -48,7 +48,7 @@ private:
     std::size_t max_;
     std::unordered_map<std::string, entry> map_;
     std::deque<std::pair<std::uint64_t, std::string>> order_;  // insertion order (may hold stale keys)
-    std::string key_;  // scratch
+    std::string key_;                                          // scratch
     std::uint64_t seq_ = 0;
 };
 

@@ -104,8 +104,8 @@ void registry::add_redis(std::vector<const redis_counters*> stores, std::functio
             sum(&rc::timeouts));
         add("sluice_redis_errors_total", "Rate-limit checks that failed in the Redis store (timeouts included).",
             MetricType::Counter, sum(&rc::errors));
-        add("sluice_redis_reconnects_total", "Connections to Redis established after the first.",
-            MetricType::Counter, sum(&rc::reconnects));
+        add("sluice_redis_reconnects_total", "Connections to Redis established after the first.", MetricType::Counter,
+            sum(&rc::reconnects));
         add("sluice_redis_noscript_reloads_total", "Script reloads after a NOSCRIPT reply.", MetricType::Counter,
             sum(&rc::noscript_reloads));
         add("sluice_redis_connections_lost_total", "Connections to Redis lost (closed, I/O error, stalled).",
@@ -142,8 +142,8 @@ ClientMetric gauge(std::int64_t v) {
 }
 
 template <std::size_t N>
-ClientMetric histogram(const std::vector<std::unique_ptr<shard>>& shards,
-                       histogram_cells<N> shard::*member, const std::array<double, N>& bounds) {
+ClientMetric histogram(const std::vector<std::unique_ptr<shard>>& shards, histogram_cells<N> shard::*member,
+                       const std::array<double, N>& bounds) {
     ClientMetric h;
     std::uint64_t cumulative = 0, sum_ns = 0;
     for (std::size_t b = 0; b <= N; ++b) {
@@ -169,8 +169,8 @@ std::string registry::scrape() const {
         return sum;
     };
 
-    auto requests = family("sluice_requests_total", "Requests answered, by route and status class.",
-                           MetricType::Counter);
+    auto requests =
+        family("sluice_requests_total", "Requests answered, by route and status class.", MetricType::Counter);
     for (std::size_t r = 0; r < routes_.size(); ++r)
         for (std::size_t c = 0; c < shard::classes; ++c) {
             std::uint64_t sum = 0;
@@ -179,9 +179,9 @@ std::string registry::scrape() const {
         }
     out.push_back(std::move(requests));
 
-    auto duration = family("sluice_request_duration_seconds",
-                           "Time from the first byte of a request to the last byte of its response.",
-                           MetricType::Histogram);
+    auto duration =
+        family("sluice_request_duration_seconds",
+               "Time from the first byte of a request to the last byte of its response.", MetricType::Histogram);
     duration.metric.push_back(histogram(shards_, &shard::duration_, duration_buckets));
     out.push_back(std::move(duration));
 
@@ -194,35 +194,35 @@ std::string registry::scrape() const {
         for (std::size_t r = 0; r < results; ++r) {
             std::uint64_t sum = 0;
             for (const auto& s : shards_) sum += s->decisions_[p * results + r].get();
-            decisions.metric.push_back(counter(
-                {{"policy", policies_[p]}, {"result", to_string(static_cast<decision_result>(r))}}, sum));
+            decisions.metric.push_back(
+                counter({{"policy", policies_[p]}, {"result", to_string(static_cast<decision_result>(r))}}, sum));
         }
     out.push_back(std::move(decisions));
 
-    auto store_duration = family("sluice_store_call_duration_seconds",
-                                 "Time a rate-limit decision took in the store.", MetricType::Histogram);
+    auto store_duration = family("sluice_store_call_duration_seconds", "Time a rate-limit decision took in the store.",
+                                 MetricType::Histogram);
     store_duration.metric.push_back(histogram(shards_, &shard::store_duration_, store_buckets));
     out.push_back(std::move(store_duration));
 
-    auto store_errors = family("sluice_store_errors_total",
-                               "Store calls that failed or timed out (then store.on_error applied).",
-                               MetricType::Counter);
+    auto store_errors =
+        family("sluice_store_errors_total", "Store calls that failed or timed out (then store.on_error applied).",
+               MetricType::Counter);
     store_errors.metric.push_back(counter({}, total(&shard::store_errors_)));
     out.push_back(std::move(store_errors));
 
-    auto unauthorized = family("sluice_unauthorized_total",
-                               "Requests answered 401 because their credentials were present but invalid.",
-                               MetricType::Counter);
+    auto unauthorized =
+        family("sluice_unauthorized_total", "Requests answered 401 because their credentials were present but invalid.",
+               MetricType::Counter);
     unauthorized.metric.push_back(counter({}, total(&shard::unauthorized_)));
     out.push_back(std::move(unauthorized));
 
-    auto keys = family("sluice_store_keys", "Identifiers whose limit state the memory store holds now.",
-                       MetricType::Gauge);
+    auto keys =
+        family("sluice_store_keys", "Identifiers whose limit state the memory store holds now.", MetricType::Gauge);
     keys.metric.push_back(gauge(keys_held_ ? static_cast<std::int64_t>(keys_held_()) : 0));
     out.push_back(std::move(keys));
-    auto evicted = family("sluice_store_evictions_total",
-                          "Identifiers the memory store evicted because store.memory.max_keys was reached.",
-                          MetricType::Counter);
+    auto evicted =
+        family("sluice_store_evictions_total",
+               "Identifiers the memory store evicted because store.memory.max_keys was reached.", MetricType::Counter);
     evicted.metric.push_back(counter({}, evictions_ ? evictions_() : 0));
     out.push_back(std::move(evicted));
 
@@ -238,9 +238,9 @@ std::string registry::scrape() const {
     // Summed over shards a gauge can be momentarily negative as a wrapped unsigned.
     open.metric.push_back(gauge(static_cast<std::int64_t>(total(&shard::open_connections_))));
     out.push_back(std::move(open));
-    auto rejected = family("sluice_client_connections_rejected_total",
-                           "Client connections closed at once because server.max_connections was reached.",
-                           MetricType::Counter);
+    auto rejected =
+        family("sluice_client_connections_rejected_total",
+               "Client connections closed at once because server.max_connections was reached.", MetricType::Counter);
     rejected.metric.push_back(counter({}, total(&shard::rejected_connections_)));
     out.push_back(std::move(rejected));
     auto idle = family("sluice_upstream_idle_connections", "Idle keep-alive connections to the upstream, pooled now.",

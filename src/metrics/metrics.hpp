@@ -14,10 +14,10 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <mutex>
-#include <string_view>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sluice::metrics {
@@ -34,7 +34,7 @@ inline constexpr std::size_t max_slots = 128;
 
 // Request duration buckets, in seconds.
 inline constexpr std::array<double, 14> duration_buckets{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                         0.1,    0.25,  0.5,    1.0,   2.5,   5.0,  10.0};
+                                                         0.1,    0.25,  0.5,    1.0,   2.5,  5.0,   10.0};
 // Store call duration buckets, in seconds.
 inline constexpr std::array<double, 12> store_buckets{0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
                                                       0.001,   0.0025,   0.005,   0.01,   0.025,   0.05};
@@ -83,9 +83,9 @@ public:
 
 private:
     friend class registry;
-    static constexpr std::size_t classes = 5;  // 1xx..5xx
+    static constexpr std::size_t classes = 5;           // 1xx..5xx
     std::array<cell, max_slots * classes> requests_{};  // route slot * classes + class
-    std::array<cell, max_slots * static_cast<std::size_t>(decision_result::count_)> decisions_{};
+    std::array<cell, max_slots* static_cast<std::size_t>(decision_result::count_)> decisions_{};
     histogram_cells<duration_buckets.size()> duration_;
     histogram_cells<store_buckets.size()> store_duration_;
     cell store_errors_, unauthorized_;

@@ -26,9 +26,7 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
     out.append("\r\n");
 }
 
-bool is_proxy_prefixed(std::string_view name) {
-    return name.size() > 6 && iequals(name.substr(0, 6), "proxy-");
-}
+bool is_proxy_prefixed(std::string_view name) { return name.size() > 6 && iequals(name.substr(0, 6), "proxy-"); }
 
 void append_framing(std::string& out, body_framing framing, std::uint64_t length) {
     if (framing == body_framing::length) {
@@ -61,8 +59,7 @@ bool connection_tokens::has(std::string_view token) const {
     return false;
 }
 
-bool is_hop_by_hop(const http::message_head& head, const http::header_field& f,
-                   const connection_tokens& tokens) {
+bool is_hop_by_hop(const http::message_head& head, const http::header_field& f, const connection_tokens& tokens) {
     switch (f.name) {
         case bhttp::connection:
         case bhttp::keep_alive:
@@ -72,10 +69,8 @@ bool is_hop_by_hop(const http::message_head& head, const http::header_field& f,
         case bhttp::upgrade:
         case bhttp::proxy_connection:
         case bhttp::proxy_authenticate:
-        case bhttp::proxy_authorization:
-            return true;
-        default:
-            break;
+        case bhttp::proxy_authorization: return true;
+        default: break;
     }
     auto name = head.name(f);
     return is_proxy_prefixed(name) || tokens.names(name);
@@ -91,8 +86,8 @@ bool is_named(const http::message_head& m, const http::header_field& f, std::str
 // order, as one list (a proxy before us may have added its own field rather than extended
 // the first).
 template <class Pick>
-void append_list(std::string& out, const http::message_head& m, const connection_tokens& tokens,
-                 std::string_view name, Pick&& pick, std::string_view last) {
+void append_list(std::string& out, const http::message_head& m, const connection_tokens& tokens, std::string_view name,
+                 Pick&& pick, std::string_view last) {
     out.append(name);
     out.append(": ");
     for (const auto& f : m.fields()) {
@@ -146,22 +141,23 @@ void write_request_head(std::string& out, const http::message_head& req, const r
                 }
                 break;
             }
-            default:
-                break;
+            default: break;
         }
         append_field(out, req.name(f), req.value(f));
     }
     if (!ctx.host.empty()) append_field(out, "Host", ctx.host);
     if (host.empty()) append_field(out, "Host", ctx.upstream_authority);
-    append_list(out, req, tokens, "X-Forwarded-For", [&](const http::header_field& f) { return is_named(req, f, "x-forwarded-for"); },
-                ctx.client_ip);
+    append_list(
+        out, req, tokens, "X-Forwarded-For",
+        [&](const http::header_field& f) { return is_named(req, f, "x-forwarded-for"); }, ctx.client_ip);
     // What a trusted proxy says of the original request stands; anyone else's is replaced.
     if (!ctx.peer_trusted || (proto != "http" && proto != "https")) proto = "http";
     append_field(out, "X-Forwarded-Proto", proto);
     if (!ctx.peer_trusted || fwd_host.empty()) fwd_host = host;
     if (!fwd_host.empty()) append_field(out, "X-Forwarded-Host", fwd_host);
-    append_list(out, req, tokens, "Via", [](const http::header_field& f) { return f.name == bhttp::via; },
-                req.version == 10 ? "1.0 sluice" : "1.1 sluice");
+    append_list(
+        out, req, tokens, "Via", [](const http::header_field& f) { return f.name == bhttp::via; },
+        req.version == 10 ? "1.0 sluice" : "1.1 sluice");
     if (ctx.upgrade && !upgrade.empty()) {
         append_field(out, "Upgrade", upgrade);
         out.append("Connection: upgrade\r\n");
@@ -188,8 +184,9 @@ void write_response_head(std::string& out, const http::message_head& resp, const
         if (f.name == bhttp::via) continue;  // joined below
         append_field(out, resp.name(f), resp.value(f));
     }
-    append_list(out, resp, tokens, "Via", [](const http::header_field& f) { return f.name == bhttp::via; },
-                resp.version == 10 ? "1.0 sluice" : "1.1 sluice");
+    append_list(
+        out, resp, tokens, "Via", [](const http::header_field& f) { return f.name == bhttp::via; },
+        resp.version == 10 ? "1.0 sluice" : "1.1 sluice");
     out.append(ctx.extra);
     if (ctx.upgrade) {
         append_field(out, "Upgrade", upgrade);
@@ -210,10 +207,8 @@ bool is_idempotent(verb v) {
         case verb::options:
         case verb::trace:
         case verb::put:
-        case verb::delete_:
-            return true;
-        default:
-            return false;
+        case verb::delete_: return true;
+        default: return false;
     }
 }
 

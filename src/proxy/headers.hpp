@@ -42,8 +42,7 @@ private:
     const http::message_head& head_;
 };
 
-bool is_hop_by_hop(const http::message_head& head, const http::header_field& f,
-                   const connection_tokens& tokens);
+bool is_hop_by_hop(const http::message_head& head, const http::header_field& f, const connection_tokens& tokens);
 
 // Appends the request line and header block sent upstream (ending in the blank line).
 void write_request_head(std::string& out, const http::message_head& req, const request_context& ctx,
@@ -53,8 +52,8 @@ struct response_context {
     bool head_request = false;  // keep the upstream's Content-Length, send no body
     bool keep_alive = true;     // false: Connection: close
     bool client_http10 = false;
-    bool upgrade = false;       // a 101 being relayed
-    std::string_view extra{};   // complete field lines added by Sluice (rate-limit fields)
+    bool upgrade = false;      // a 101 being relayed
+    std::string_view extra{};  // complete field lines added by Sluice (rate-limit fields)
 };
 
 // Appends the status line and header block sent to the client.

@@ -74,11 +74,10 @@ router::router(const config::config& c, const std::vector<limit::policy>& polici
     }
 }
 
-const route* router::match(std::string_view method, std::string_view host_header,
-                           const request_target& t) const {
+const route* router::match(std::string_view method, std::string_view host_header, const request_target& t) const {
     if (t.form == target_form::authority) return nullptr;
-    const std::string_view host = t.form == target_form::absolute ? std::string_view(t.host)
-                                                                  : without_port(host_header);
+    const std::string_view host =
+        t.form == target_form::absolute ? std::string_view(t.host) : without_port(host_header);
     for (const auto& r : routes_) {
         if (!path_matches(r, t)) continue;
         if (!r.host.empty() && !iequals(host, r.host)) continue;

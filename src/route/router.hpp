@@ -19,7 +19,7 @@ struct route {
     std::string path_prefix;  // a plain prefix of the match path ("/api" matches "/apix")
     std::vector<std::string> methods;
     std::string host;
-    bool case_insensitive = false;  // path and path_prefix are then lower case
+    bool case_insensitive = false;          // path and path_prefix are then lower case
     const limit::policy* limits = nullptr;  // null: unlimited
     std::int64_t cost = 1;
     std::size_t metric_slot = 0;  // index for per-route metrics
@@ -34,8 +34,7 @@ public:
     // limited). The host is the absolute-form authority's if any, else `host_header`'s
     // without its port. Paths compare against `t.match_path`; an asterisk-form target
     // matches only catch-all routes (path_prefix "/"); an authority-form one matches none.
-    const route* match(std::string_view method, std::string_view host_header,
-                       const request_target& t) const;
+    const route* match(std::string_view method, std::string_view host_header, const request_target& t) const;
     std::vector<route>& routes() { return routes_; }
     const std::vector<route>& routes() const { return routes_; }
 

@@ -64,8 +64,7 @@ constexpr auto plain_bytes = [] {
 }();
 
 // The "%XX" at the front of `s`: an unreserved byte decoded, any other kept upper-cased.
-const char* append_escape(std::string_view s, bool in_params, std::string& path,
-                          std::string& match) {
+const char* append_escape(std::string_view s, bool in_params, std::string& path, std::string& match) {
     const int hi = s.size() > 2 ? hex_value(s[1]) : -1;
     const int lo = s.size() > 2 ? hex_value(s[2]) : -1;
     if (hi < 0 || lo < 0) return bad_escape;
@@ -159,13 +158,11 @@ const char* parse_absolute(std::string_view raw, request_target& out, std::strin
     const std::string_view host = parsed->encoded_host();
     switch (parsed->host_type()) {
         case boost::urls::host_type::ipv4:
-        case boost::urls::host_type::ipv6:
-            break;
+        case boost::urls::host_type::ipv6: break;
         case boost::urls::host_type::name:
             if (!is_host_name(host)) return bad_host;
             break;
-        default:
-            return bad_host;
+        default: return bad_host;
     }
     if (parsed->has_port()) {
         const std::string_view port = parsed->port();  // *DIGIT, may be empty
@@ -219,7 +216,7 @@ const char* parse_target(std::string_view method, std::string_view raw, request_
         }
         out.query.assign(query);
     }
-    if (p.empty()) p = "/";  // absolute-form with an empty path
+    if (p.empty()) p = "/";      // absolute-form with an empty path
     out.path.reserve(p.size());  // normalising never lengthens a path
     out.match_path.reserve(p.size());
     return normalise_path(p, out.path, out.match_path);

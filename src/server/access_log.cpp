@@ -1,10 +1,10 @@
 #include "server/access_log.hpp"
 
-#include <boost/json/serialize.hpp>
-#include <boost/json/value.hpp>
 #include <spdlog/async.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
 
 #include <chrono>
 #include <ctime>

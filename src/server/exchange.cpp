@@ -109,7 +109,7 @@ awaitable<std::optional<http::failure>> session::connect_upstream() {
         co_return fail::upstream_connect_timeout;
     }
     w_.metrics.upstream_failed(ec == asio::error::connection_refused ? metrics::upstream_error::connect_refused
-                                                                      : metrics::upstream_error::connect_failed);
+                                                                     : metrics::upstream_error::connect_failed);
     co_return fail::upstream_refused;
 }
 
@@ -135,21 +135,22 @@ awaitable<session::step> session::send_request(body_framing framing, std::uint64
         if (r.ec) r.failed = proxy::pump_result::write;
     } else {
         req_sink_.out = &out_;
-        req_sink_.mode = framing == body_framing::chunked ? http::body_sink::framing::chunked
-                                                          : http::body_sink::framing::identity;
-        auto sent = co_await (relay_.pump(p, client_, in_, cfg_->server.idle_timeout, req_.body_deadline,
-                                          up_->socket, up_cfg.timeout, out_) ||
+        req_sink_.mode =
+            framing == body_framing::chunked ? http::body_sink::framing::chunked : http::body_sink::framing::identity;
+        auto sent = co_await (relay_.pump(p, client_, in_, cfg_->server.idle_timeout, req_.body_deadline, up_->socket,
+                                          up_cfg.timeout, out_) ||
                               wait_readable(up_->socket));
-        if (sent.index() == 1) req_.early_answer = true;
-        else r = std::get<0>(sent);
+        if (sent.index() == 1)
+            req_.early_answer = true;
+        else
+            r = std::get<0>(sent);
     }
     out_.clear();
     switch (r.failed) {
         case proxy::pump_result::ok: co_return step{};
         case proxy::pump_result::parse:
             co_return step{r.ec == bhttp::error::body_limit ? fail::too_large : fail::bad_body};
-        case proxy::pump_result::read:
-            co_return step{relay::is_timeout(r.ec) ? fail::body_timeout : client_gone};
+        case proxy::pump_result::read: co_return step{relay::is_timeout(r.ec) ? fail::body_timeout : client_gone};
         case proxy::pump_result::write:
             if (relay::is_timeout(r.ec)) {
                 w_.metrics.upstream_failed(metrics::upstream_error::timeout);
@@ -213,8 +214,8 @@ awaitable<after> session::relay_response() {
 
     const bool no_body = head_.method == bhttp::verb::head || status == 204 || status == 304;
     auto length = rp.content_length();
-    const auto framing = no_body ? body_framing::none
-                         : length ? body_framing::length
+    const auto framing = no_body               ? body_framing::none
+                         : length              ? body_framing::length
                          : head_.version >= 11 ? body_framing::chunked
                                                : body_framing::until_close;
     const bool keep = may_keep_alive() && framing != body_framing::until_close;
@@ -238,7 +239,8 @@ awaitable<after> session::relay_response() {
     if (r.failed == proxy::pump_result::ok) co_return done;
     if (r.failed == proxy::pump_result::write) co_return after::close;  // the client went away
     w_.metrics.upstream_failed(error_kind(r.ec));
-    if (r.written == 0) co_return co_await respond(relay::is_timeout(r.ec) ? fail::upstream_timeout : fail::upstream_cut);
+    if (r.written == 0)
+        co_return co_await respond(relay::is_timeout(r.ec) ? fail::upstream_timeout : fail::upstream_cut);
     co_return after::close;  // the response was cut short: closing tells the client so
 }
 

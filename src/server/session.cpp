@@ -31,8 +31,7 @@ http::failure head_error(const http::request_parser& p, const error_code& ec) {
     if (ec == bhttp::error::body_limit) return fail::too_large;  // a declared length over the limit
     if (ec == bhttp::error::header_limit) return fail::header_too_large;
     if (p.framing() != http::framing_error::none) return fail::bad_framing;
-    if (ec == bhttp::error::multiple_content_length || ec == bhttp::error::bad_content_length)
-        return fail::bad_length;
+    if (ec == bhttp::error::multiple_content_length || ec == bhttp::error::bad_content_length) return fail::bad_length;
     if (ec == bhttp::error::bad_transfer_encoding) return fail::bad_coding;
     return fail::bad_request;
 }

@@ -44,12 +44,12 @@ struct request_state {
     identity::caller who;
     limit::outcome outcome;
     http::clock::time_point started{};
-    std::int64_t upstream_us = -1;  // request sent to response head; -1: not asked
-    unsigned status = 0;            // the answer's status; 0 until one was chosen
-    bool open = false;              // a request began and is not yet logged
-    bool early_answer = false;      // the upstream answered before taking the whole body
+    std::int64_t upstream_us = -1;            // request sent to response head; -1: not asked
+    unsigned status = 0;                      // the answer's status; 0 until one was chosen
+    bool open = false;                        // a request began and is not yet logged
+    bool early_answer = false;                // the upstream answered before taking the whole body
     http::clock::time_point body_deadline{};  // the whole request body must have arrived by then
-    std::string body;               // the request body read ahead (request_buffering)
+    std::string body;                         // the request body read ahead (request_buffering)
 
     void reset(std::size_t unmatched_slot);
 };
@@ -87,8 +87,7 @@ private:
 
     // exchange.cpp: the upstream exchange
     boost::asio::awaitable<after> exchange();
-    boost::asio::awaitable<std::optional<failure>> read_body_ahead(proxy::body_framing& framing,
-                                                                   std::uint64_t& length);
+    boost::asio::awaitable<std::optional<failure>> read_body_ahead(proxy::body_framing& framing, std::uint64_t& length);
     boost::asio::awaitable<std::optional<failure>> connect_upstream();
     boost::asio::awaitable<step> send_request(proxy::body_framing framing, std::uint64_t length, bool replayable);
     boost::asio::awaitable<step> read_response_head(bool replayable);

@@ -3,9 +3,9 @@
 #include "http/async.hpp"
 #include "server/session.hpp"
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <spdlog/spdlog.h>
 
 namespace sluice::server {
 
@@ -16,8 +16,8 @@ namespace {
 
 // The sweep's period bounds how late a deadline can fire.
 clock::duration sweep_tick(const config::config& c) {
-    auto shortest = std::min({c.server.header_timeout, c.server.idle_timeout, c.upstream.connect_timeout,
-                              c.upstream.timeout});
+    auto shortest =
+        std::min({c.server.header_timeout, c.server.idle_timeout, c.upstream.connect_timeout, c.upstream.timeout});
     auto tick = std::chrono::duration_cast<clock::duration>(shortest) / 10;
     return std::clamp<clock::duration>(tick, std::chrono::milliseconds(5), std::chrono::milliseconds(100));
 }
@@ -85,18 +85,18 @@ void worker::upstream_failed() {
     if (!ec || resolving_ || clock::now() - resolved_at_ < std::chrono::seconds(1)) return;
     resolving_ = true;
     auto resolver = std::make_shared<tcp::resolver>(ioc);
-    resolver->async_resolve(url.host, std::to_string(url.port),
-                            [this, resolver, host = url.host](boost::system::error_code rec,
-                                                              const tcp::resolver::results_type& found) {
-                                resolving_ = false;
-                                resolved_at_ = clock::now();
-                                if (rec || found.empty()) {
-                                    spdlog::warn("resolving upstream host {} again failed: {}", host, rec.message());
-                                    return;
-                                }
-                                upstream_endpoints.clear();
-                                for (const auto& r : found) upstream_endpoints.push_back(r.endpoint());
-                            });
+    resolver->async_resolve(
+        url.host, std::to_string(url.port),
+        [this, resolver, host = url.host](boost::system::error_code rec, const tcp::resolver::results_type& found) {
+            resolving_ = false;
+            resolved_at_ = clock::now();
+            if (rec || found.empty()) {
+                spdlog::warn("resolving upstream host {} again failed: {}", host, rec.message());
+                return;
+            }
+            upstream_endpoints.clear();
+            for (const auto& r : found) upstream_endpoints.push_back(r.endpoint());
+        });
 }
 
 void worker::begin_drain(std::function<void()> on_drained) {

@@ -7,11 +7,11 @@
 
 #include "config/config.hpp"
 #include "http/connection_set.hpp"
-#include "server/snapshot.hpp"
 #include "identity/hasher.hpp"
 #include "limit/store.hpp"
 #include "metrics/metrics.hpp"
 #include "proxy/pool.hpp"
+#include "server/snapshot.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>

@@ -10,9 +10,7 @@ std::function<limit::usec()> steady_unix_clock() {
     using namespace std::chrono;
     const auto wall0 = duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();
     const auto steady0 = steady_clock::now();
-    return [wall0, steady0] {
-        return wall0 + duration_cast<microseconds>(steady_clock::now() - steady0).count();
-    };
+    return [wall0, steady0] { return wall0 + duration_cast<microseconds>(steady_clock::now() - steady0).count(); };
 }
 
 std::size_t memory_store::map_hash::operator()(const map_key& k) const {
@@ -66,8 +64,7 @@ memory_store::entry& memory_store::find_or_insert(stripe& s, const map_key& k, l
         if (it->second.state.expires <= now) it->second.state = {};  // its windows all passed
         return it->second;
     }
-    if (s.map.size() >= max_per_stripe_ &&
-        std::find(in_use.begin(), in_use.end(), &s.lru.front()) == in_use.end()) {
+    if (s.map.size() >= max_per_stripe_ && std::find(in_use.begin(), in_use.end(), &s.lru.front()) == in_use.end()) {
         erase(s, s.lru.front());
         s.evictions.fetch_add(1, std::memory_order_relaxed);
     }
@@ -87,7 +84,8 @@ std::optional<limit::check_result> memory_store::try_check(const limit::check_re
     std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n));
     const auto distinct = std::unique(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n)) - order.begin();
     std::array<std::unique_lock<std::mutex>, 8> locks;
-    for (std::ptrdiff_t i = 0; i < distinct; ++i) locks[static_cast<std::size_t>(i)] = std::unique_lock(stripes_[order[i]].mu);
+    for (std::ptrdiff_t i = 0; i < distinct; ++i)
+        locks[static_cast<std::size_t>(i)] = std::unique_lock(stripes_[order[i]].mu);
 
     const limit::usec now = clock_();
     for (std::ptrdiff_t i = 0; i < distinct; ++i) maintain(stripes_[order[static_cast<std::size_t>(i)]], now);
@@ -107,9 +105,7 @@ std::optional<limit::check_result> memory_store::try_check(const limit::check_re
     return out;
 }
 
-boost::asio::awaitable<limit::check_result> memory_store::check(limit::check_request r) {
-    co_return *try_check(r);
-}
+boost::asio::awaitable<limit::check_result> memory_store::check(limit::check_request r) { co_return *try_check(r); }
 
 void memory_store::collect_expired() {
     for (std::size_t i = 0; i < stripe_count; ++i) {

@@ -1,5 +1,6 @@
 #include "store/redis_connection.hpp"
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -8,7 +9,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
-#include <spdlog/spdlog.h>
 
 #include <cstdlib>
 
@@ -310,9 +310,7 @@ bool redis_connection::on_reply(reply_ptr r) {
                 spdlog::info("redis: connected to {}:{}", opts_.host, opts_.port);
             }
             break;
-        case kind::failed:
-            spdlog::warn("redis: {} (reconnecting)", ev.error);
-            return false;
+        case kind::failed: spdlog::warn("redis: {} (reconnecting)", ev.error); return false;
     }
     return true;
 }
@@ -354,7 +352,8 @@ awaitable<void> redis_connection::deadline_loop() {
         fail_all(expired_, error::timeout);
         if (rebuild) {
             spdlog::warn("redis: {}:{} stopped answering (oldest call older than {} ms), reconnecting", opts_.host,
-                         opts_.port, std::chrono::duration_cast<std::chrono::milliseconds>(opts_.stall_after()).count());
+                         opts_.port,
+                         std::chrono::duration_cast<std::chrono::milliseconds>(opts_.stall_after()).count());
             drop_connection();
             co_return;
         }

@@ -50,7 +50,7 @@ struct redis_connection_options {
     std::string username;  // "" = default user
     std::string password;  // "" = no AUTH
     unsigned database = 0;
-    redis_clock::duration timeout = std::chrono::milliseconds(50);  // per call
+    redis_clock::duration timeout = std::chrono::milliseconds(50);    // per call
     redis_clock::duration connect_timeout = std::chrono::seconds(1);  // TCP connect, then handshake
     std::size_t max_in_flight = 1024;
     redis_clock::duration backoff_first = std::chrono::milliseconds(50);

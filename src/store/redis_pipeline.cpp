@@ -180,8 +180,7 @@ redis_pipeline::reply_event redis_pipeline::on_reply(reply_ptr r) {
             reload_pending_ = false;
             if (r->type == REDIS_REPLY_STRING) sha_.assign(r->str, r->len);
             return ev;  // discarded; a failed load shows as NOSCRIPT again on the resends
-        case kind::request:
-            break;
+        case kind::request: break;
     }
     if (e.resend_on_noscript && is_noscript_reply(r.get()) && e.resends < opts_.max_resends) {
         ev.what = reply_event::kind::resent;

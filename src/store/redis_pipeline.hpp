@@ -65,7 +65,8 @@ private:
 // [0.5, 1) so that many gateways do not reconnect in lock step.
 class reconnect_backoff {
 public:
-    reconnect_backoff(redis_clock::duration first, redis_clock::duration max) : first_(first), max_(max), next_(first) {}
+    reconnect_backoff(redis_clock::duration first, redis_clock::duration max)
+        : first_(first), max_(max), next_(first) {}
     // `random` in [0, 1): the caller's random draw (tests pass fixed values).
     redis_clock::duration next(double random);
     void reset() { next_ = first_; }
@@ -144,11 +145,11 @@ public:
 
     struct reply_event {
         enum class kind {
-            resolved,    // `request` gets `reply`
-            discarded,   // the reply of a tombstone (or of an internal SCRIPT LOAD)
-            resent,      // NOSCRIPT: the request was queued again (start a write)
-            handshake,   // a handshake step succeeded; `became_ready` after the last
-            failed,      // handshake error or a reply nobody waits for: rebuild the connection
+            resolved,   // `request` gets `reply`
+            discarded,  // the reply of a tombstone (or of an internal SCRIPT LOAD)
+            resent,     // NOSCRIPT: the request was queued again (start a write)
+            handshake,  // a handshake step succeeded; `became_ready` after the last
+            failed,     // handshake error or a reply nobody waits for: rebuild the connection
         } what = kind::discarded;
         id request = 0;
         reply_ptr reply;

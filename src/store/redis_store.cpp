@@ -4,9 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
-
 namespace sluice::store {
-
 
 // --- redis_store -----------------------------------------------------------------------
 
