@@ -13,9 +13,11 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <sstream>
 #include <utility>
 #include <vector>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 #include <boost/asio/ip/network_v4.hpp>
 #include <boost/asio/ip/network_v6.hpp>
@@ -301,7 +303,18 @@ std::string_view check_url_shape(const boost::urls::url_view& u) {
     return {};
 }
 
+// Only the characters RFC 3986 allows in a URI. (Boost.URL 1.81 asserts on some others,
+// boostorg/url#665, before it would refuse them.)
+bool uri_characters(std::string_view s) {
+    constexpr std::string_view allowed = "-._~:/?#[]@!$&'()*+,;=%";
+    return std::all_of(s.begin(), s.end(), [&](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               allowed.find(c) != std::string_view::npos;
+    });
+}
+
 parsed<upstream_url> parse_upstream_url_why(std::string_view s) {
+    if (!uri_characters(s)) return bad_url;
     auto r = boost::urls::parse_uri(s);
     if (!r) return bad_url;
     const boost::urls::url_view& u = *r;
@@ -452,6 +465,7 @@ void read_server(const node_ref& n, server_config& out) {
                {"idle_timeout", [&](const node_ref& v) { out.idle_timeout = read_duration(v, zero::refused); }},
                {"drain_timeout", [&](const node_ref& v) { out.drain_timeout = read_duration(v, zero::allowed); }},
                {"body_timeout", [&](const node_ref& v) { out.body_timeout = read_duration(v, zero::refused); }},
+               {"body_min_rate", [&](const node_ref& v) { out.body_min_rate = read_size(v, 0, 1ull << 40); }},
                {"max_header_bytes", [&](const node_ref& v) { out.max_header_bytes = read_size(v, 1024, 1 << 20); }},
                {"max_body_bytes",
                 [&](const node_ref& v) {
@@ -908,14 +922,35 @@ void read_config(const node_ref& root, config& out) {
     check_routes(out, route_nodes);
 }
 
+// Counts documents, stopping at the second: yaml-cpp 0.7's LoadAll() never ends on some
+// malformed input (a lone ",": it yields empty documents without consuming anything).
+class document_counter : public YAML::EventHandler {
+public:
+    int documents = 0;
+    YAML::Mark second{};
+    void OnDocumentStart(const YAML::Mark& mark) override {
+        if (++documents == 2) second = mark;
+    }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnMapEnd() override {}
+};
+
 // The single document of the file; an empty file is an empty (null) document.
 YAML::Node parse_document(const std::string& text, const std::string& name) {
     try {
-        std::vector<YAML::Node> docs = YAML::LoadAll(text);
-        if (docs.size() > 1) {
-            schema::throw_error(name, docs[1].Mark(), "(yaml)", expected_single_document);
+        std::istringstream in(text);
+        YAML::Parser parser(in);
+        document_counter counter;
+        while (counter.documents < 2 && parser.HandleNextDocument(counter)) {
         }
-        return docs.empty() ? YAML::Node() : docs.front();
+        if (counter.documents > 1) schema::throw_error(name, counter.second, "(yaml)", expected_single_document);
+        return YAML::Load(text);
     } catch (const YAML::Exception& e) {
         schema::throw_error(name, e.mark, "(yaml)", e.msg);
     }

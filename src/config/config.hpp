@@ -47,7 +47,8 @@ struct server_config {
     duration header_timeout = std::chrono::seconds(10);
     duration idle_timeout = std::chrono::seconds(60);
     duration drain_timeout = std::chrono::seconds(10);
-    duration body_timeout = std::chrono::seconds(60);  // the whole request body, first byte to last
+    duration body_timeout = std::chrono::seconds(60);  // the request body, plus 1 s per body_min_rate bytes
+    std::uint64_t body_min_rate = 64 * 1024;           // bytes per second that earn a body more time
     std::size_t max_header_bytes = 16384;
     std::uint64_t max_body_bytes = 10 * 1024 * 1024;
 

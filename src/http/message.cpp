@@ -81,7 +81,9 @@ void parser<R>::on_request_impl(bhttp::verb v, bsv method, bsv target, int versi
 }
 
 template <bool R>
-void parser<R>::on_response_impl(int status, bsv reason, int version, error_code&) {
+void parser<R>::on_response_impl(int status, bsv reason, int version, error_code& ec) {
+    // Beast takes any three digits; 000 would be relayed as an interim response.
+    if (status < 100 || status > 599) ec = bhttp::error::bad_status;
     head_.set_status_line(static_cast<unsigned>(status), reason, static_cast<unsigned>(version));
 }
 
@@ -111,7 +113,9 @@ void parser<R>::on_header_impl(error_code& ec) {
 }
 
 template <bool R>
-void parser<R>::on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) {}
+void parser<R>::on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code& ec) {
+    if (length && *length > max_body_) ec = bhttp::error::body_limit;
+}
 
 template <bool R>
 std::size_t parser<R>::on_body_impl(bsv body, error_code&) {
@@ -120,7 +124,11 @@ std::size_t parser<R>::on_body_impl(bsv body, error_code&) {
 }
 
 template <bool R>
-void parser<R>::on_chunk_header_impl(std::uint64_t, bsv, error_code&) {}
+void parser<R>::on_chunk_header_impl(std::uint64_t size, bsv, error_code& ec) {
+    // Called once per chunk header, however it arrived: the total is exact.
+    if (size > max_body_ - chunked_total_) ec = bhttp::error::body_limit;
+    chunked_total_ += size;
+}
 
 template <bool R>
 std::size_t parser<R>::on_chunk_body_impl(std::uint64_t, bsv body, error_code&) {

@@ -10,6 +10,7 @@
 #include <boost/beast/http/verb.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,6 +73,10 @@ class parser final : public bhttp::basic_parser<IsRequest> {
 public:
     parser(message_head& head, body_sink& sink) : head_(head), sink_(sink) { head_.clear(); }
     framing_error framing() const { return framing_error_; }
+    // The body may hold at most `max` bytes: a declared Content-Length or the chunk sizes
+    // seen so far past it fail with bhttp::error::body_limit. Use instead of Beast's
+    // body_limit(), which 1.81 counts again each time a chunk header arrives in pieces.
+    void limit_body(std::uint64_t max) { max_body_ = max; }
     bool expect_continue() const { return expect_continue_; }
     bool has_expect() const { return has_expect_; }
 
@@ -95,6 +100,7 @@ private:
     framing_error framing_error_ = framing_error::none;
     bool seen_length_ = false, seen_te_ = false;
     bool expect_continue_ = false, has_expect_ = false;
+    std::uint64_t max_body_ = std::numeric_limits<std::uint64_t>::max(), chunked_total_ = 0;
 };
 
 using request_parser = parser<true>;

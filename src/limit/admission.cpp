@@ -12,12 +12,17 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
         out.decision = "bypass";
         return false;
     }
+    // A connection's client and user rarely change: hash them once, not per request (and
+    // again when a new config may have changed the hasher or the IPv6 prefix).
+    if (ctx.generation != cached_for_) {
+        cached_for_ = ctx.generation;
+        ip_cached_ = user_cached_ = false;
+    }
     std::size_t n = 0;
     if (!p.ip.empty()) {
-        // A connection's client rarely changes: hash it once, not per request.
-        if (who.client != cached_client_ || ctx.generation != cached_for_) {
+        if (!ip_cached_ || who.client != cached_client_) {
+            ip_cached_ = true;
             cached_client_ = who.client;
-            cached_for_ = ctx.generation;
             cached_ip_ = ctx.hasher.hash("ip", identity::ip_identifier(who.client, ctx.clients.cfg.ipv6_prefix));
         }
         keys_[n++] = {'i', cached_ip_, p.ip};
@@ -33,7 +38,8 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
             return false;
         }
         if (user.status == identity::user_result::status::ok && !p.user.empty()) {
-            if (user.id != cached_user_ || ctx.generation != cached_for_) {
+            if (!user_cached_ || user.id != cached_user_) {
+                user_cached_ = true;
                 cached_user_ = user.id;
                 cached_user_hash_ = ctx.hasher.hash("user", user.id);
             }

@@ -64,6 +64,7 @@ private:
     check_request request_;
     // The last identifiers hashed on this connection, and the snapshot they were hashed for.
     const void* cached_for_ = nullptr;
+    bool ip_cached_ = false, user_cached_ = false;
     identity::address cached_client_;
     digest cached_ip_{};
     std::string cached_user_;

@@ -62,8 +62,8 @@ awaitable<error_code> relay::read_head(Parser& p, tcp::socket& src, boost::beast
 
 template <class Parser>
 awaitable<pump_result> relay::pump(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
-                                   http::clock::duration read_timeout, http::clock::time_point read_deadline,
-                                   tcp::socket& dst, http::clock::duration write_timeout, std::string& out_) {
+                                   http::clock::duration read_timeout, body_deadline* deadline, tcp::socket& dst,
+                                   http::clock::duration write_timeout, std::string& out_) {
     pump_result r;
     auto flush = [&]() -> awaitable<bool> {
         if (out_.empty()) co_return true;
@@ -84,8 +84,11 @@ awaitable<pump_result> relay::pump(Parser& p, tcp::socket& src, boost::beast::fl
             if (!co_await flush()) co_return r;
         }
         if (!need_input) continue;
-        track_.arm_until(std::min(http::clock::now() + read_timeout, read_deadline));
+        const auto per_read = http::clock::now() + read_timeout;
+        track_.arm_until(deadline ? std::min(per_read, deadline->at) : per_read);
+        const auto before = buf.size();
         auto ec = co_await read_some(src, buf);
+        if (deadline) deadline->received(buf.size() - before);
         if (ec == asio::error::eof) {
             p.put_eof(ec);
             if (!ec) continue;
@@ -103,9 +106,8 @@ awaitable<pump_result> relay::pump(Parser& p, tcp::socket& src, boost::beast::fl
 
 template <class Parser>
 awaitable<pump_result> relay::fill(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
-                                   http::clock::time_point deadline, std::string& out, std::size_t limit) {
+                                   body_deadline& deadline, std::string& out, std::size_t limit) {
     pump_result r;
-    track_.arm_until(deadline);
     while (!p.is_done() && out.size() <= limit) {
         bool need_input = false;
         if (auto ec = feed(p, buf, need_input)) {
@@ -114,7 +116,10 @@ awaitable<pump_result> relay::fill(Parser& p, tcp::socket& src, boost::beast::fl
             co_return r;
         }
         if (!need_input) continue;
+        track_.arm_until(deadline.at);
+        const auto before = buf.size();
         auto ec = co_await read_some(src, buf);
+        deadline.received(buf.size() - before);
         if (ec) {
             r.failed = pump_result::read;
             r.ec = ec;
@@ -173,12 +178,12 @@ awaitable<void> relay::tunnel(tcp::socket& client, boost::beast::flat_buffer& cl
 template awaitable<error_code> relay::read_head(http::response_parser&, tcp::socket&, boost::beast::flat_buffer&,
                                                 http::clock::time_point, bool&);
 template awaitable<pump_result> relay::pump(http::request_parser&, tcp::socket&, boost::beast::flat_buffer&,
-                                            http::clock::duration, http::clock::time_point, tcp::socket&,
-                                            http::clock::duration, std::string&);
+                                            http::clock::duration, body_deadline*, tcp::socket&, http::clock::duration,
+                                            std::string&);
 template awaitable<pump_result> relay::pump(http::response_parser&, tcp::socket&, boost::beast::flat_buffer&,
-                                            http::clock::duration, http::clock::time_point, tcp::socket&,
-                                            http::clock::duration, std::string&);
+                                            http::clock::duration, body_deadline*, tcp::socket&, http::clock::duration,
+                                            std::string&);
 template awaitable<pump_result> relay::fill(http::request_parser&, tcp::socket&, boost::beast::flat_buffer&,
-                                            http::clock::time_point, std::string&, std::size_t);
+                                            body_deadline&, std::string&, std::size_t);
 
 }  // namespace sluice::proxy

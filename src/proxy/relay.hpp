@@ -31,6 +31,19 @@ inline constexpr std::size_t piece_size = 64 * 1024;
 // its extensions, a trailer): a longer line is a parse error, not a reason to buffer on.
 inline constexpr std::size_t max_pending_line = 64 * 1024;
 
+// When a request body must have arrived: `at`, pushed back by one second for every
+// `bytes_per_second` received. A large body sent at a fair pace is never cut off; one
+// that trickles (a byte a minute) is, at `at`. bytes_per_second 0: `at` never moves.
+struct body_deadline {
+    http::clock::time_point at = http::clock::time_point::max();
+    std::uint64_t bytes_per_second = 0;
+    void received(std::size_t n) {
+        if (bytes_per_second == 0 || at == http::clock::time_point::max()) return;
+        at += std::chrono::nanoseconds(static_cast<std::int64_t>(n) * 1'000'000'000 /
+                                       static_cast<std::int64_t>(bytes_per_second));
+    }
+};
+
 // Which side of a body transfer failed, if any.
 struct pump_result {
     enum side { ok, read, write, parse } failed = ok;
@@ -51,19 +64,19 @@ public:
     // Moves the rest of a message from src to dst. The parser's sink appends re-framed body
     // bytes to `out`, which is flushed to dst once it passes piece_size and whenever the
     // parser needs more input, so memory stays bounded whatever the body size. Whatever
-    // `out` holds on entry (a head) goes first. Each read waits at most `read_timeout` and
-    // none past `read_deadline`; each write at most `write_timeout`.
+    // `out` holds on entry (a head) goes first. Each read waits at most `read_timeout` and,
+    // with a `deadline`, none past it; each write at most `write_timeout`.
     template <class Parser>
     awaitable<pump_result> pump(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
-                                http::clock::duration read_timeout, http::clock::time_point read_deadline,
-                                tcp::socket& dst, http::clock::duration write_timeout, std::string& out);
+                                http::clock::duration read_timeout, body_deadline* deadline, tcp::socket& dst,
+                                http::clock::duration write_timeout, std::string& out);
 
     // Parses what `src` sends into `p`'s sink (appending to `out`) until the message is
     // done or `out` holds more than `limit` bytes, by `deadline`. Only `failed` of read
     // and parse is set; `written` stays 0.
     template <class Parser>
-    awaitable<pump_result> fill(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
-                                http::clock::time_point deadline, std::string& out, std::size_t limit);
+    awaitable<pump_result> fill(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf, body_deadline& deadline,
+                                std::string& out, std::size_t limit);
 
     awaitable<error_code> read_some(tcp::socket& s, boost::beast::flat_buffer& buf);
     awaitable<error_code> write_all(tcp::socket& s, std::string_view data, http::clock::duration timeout);

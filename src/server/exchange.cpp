@@ -53,7 +53,7 @@ awaitable<after> session::exchange() {
     std::uint64_t size = length.value_or(0);
     const bool has_body = framing == body_framing::chunked || size > 0;
     upgrade_ = proxy::connection_tokens(head_).has("upgrade") && head_.count(bhttp::field::upgrade) > 0;
-    req_.body_deadline = clock::now() + cfg_->server.body_timeout;
+    req_.body_deadline = {clock::now() + cfg_->server.body_timeout, cfg_->server.body_min_rate};
     if (has_body && p.expect_continue() && head_.version >= 11) {
         if (co_await relay_.write_all(client_, "HTTP/1.1 100 Continue\r\n\r\n", cfg_->server.idle_timeout))
             co_return after::close;
@@ -137,7 +137,7 @@ awaitable<session::step> session::send_request(body_framing framing, std::uint64
         req_sink_.out = &out_;
         req_sink_.mode =
             framing == body_framing::chunked ? http::body_sink::framing::chunked : http::body_sink::framing::identity;
-        auto sent = co_await (relay_.pump(p, client_, in_, cfg_->server.idle_timeout, req_.body_deadline, up_->socket,
+        auto sent = co_await (relay_.pump(p, client_, in_, cfg_->server.idle_timeout, &req_.body_deadline, up_->socket,
                                           up_cfg.timeout, out_) ||
                               wait_readable(up_->socket));
         if (sent.index() == 1)
@@ -230,7 +230,7 @@ awaitable<after> session::relay_response() {
                       : no_body                        ? http::body_sink::framing::none
                                                        : http::body_sink::framing::identity;
     req_.status = status;
-    auto r = co_await relay_.pump(rp, up_->socket, up_->buffer, cfg_->upstream.timeout, clock::time_point::max(),
+    auto r = co_await relay_.pump(rp, up_->socket, up_->buffer, cfg_->upstream.timeout, nullptr,
                                   client_, cfg_->server.idle_timeout, out_);
     // Pooled again only when the response ended exactly at its framing, after the whole
     // request went out (pool::give_back also wants nothing more buffered).

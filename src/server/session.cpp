@@ -132,7 +132,8 @@ awaitable<session::head_status> session::read_head() {
     resp_sink_.bytes = 0;
     p.eager(false);
     p.header_limit(static_cast<std::uint32_t>(cfg_->server.max_header_bytes));
-    p.body_limit(cfg_->server.max_body_bytes);
+    p.body_limit(boost::none);
+    p.limit_body(cfg_->server.max_body_bytes);
 
     bool got_some = in_.size() > 0;
     bool header_armed = got_some || first_;
@@ -168,12 +169,12 @@ awaitable<session::head_status> session::read_head() {
 
 std::optional<http::failure> session::check_head() {
     auto& p = *parser_;
-    if (head_.version >= 11 && head_.count(bhttp::field::host) != 1) return fail::bad_host;
-    if (p.has_expect() && !p.expect_continue()) return fail::bad_expect;
-    if (auto length = p.content_length(); length && *length > cfg_->server.max_body_bytes) return fail::too_large;
     if (const char* why = route::parse_target(head_.method_text(), head_.target(), req_.target))
         return fail::bad_target.with(why);
     if (req_.target.form == route::target_form::authority) return fail::connect_refused;
+    if (head_.version >= 11 && head_.count(bhttp::field::host) != 1) return fail::bad_host;
+    if (p.has_expect() && !p.expect_continue()) return fail::bad_expect;
+    if (auto length = p.content_length(); length && *length > cfg_->server.max_body_bytes) return fail::too_large;
     return std::nullopt;
 }
 

@@ -48,7 +48,7 @@ struct request_state {
     unsigned status = 0;                      // the answer's status; 0 until one was chosen
     bool open = false;                        // a request began and is not yet logged
     bool early_answer = false;                // the upstream answered before taking the whole body
-    http::clock::time_point body_deadline{};  // the whole request body must have arrived by then
+    proxy::body_deadline body_deadline;  // when the request body must have arrived
     std::string body;                         // the request body read ahead (request_buffering)
 
     void reset(std::size_t unmatched_slot);
