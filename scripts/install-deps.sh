@@ -12,7 +12,9 @@ if [ "${1:-}" = "--runtime" ]; then
 else
   pkgs=(build-essential cmake pkg-config git ca-certificates
         libboost1.81-all-dev libhiredis-dev libyaml-cpp-dev prometheus-cpp-dev libssl-dev
-        libjwt-dev doctest-dev libspdlog-dev libfmt-dev redis-server)
+        libjwt-dev doctest-dev libspdlog-dev libfmt-dev redis-server
+        clang libclang-rt-14-dev clang-format
+        slowhttptest)
 fi
 
 missing=()
