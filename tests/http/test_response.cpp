@@ -1,0 +1,268 @@
+// Sluice's own answers (http/response.hpp): every response parses as HTTP/1.1 with Beast's
+// parser, its Content-Length frames exactly its JSON body, and the README's table of error
+// answers lists exactly the failures the code has.
+#include "http/response.hpp"
+
+#include <doctest/doctest.h>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+namespace bhttp = boost::beast::http;
+namespace fail = sluice::http::fail;
+using sluice::http::failure;
+
+struct named_failure {
+    const char* name;
+    const failure& f;
+};
+
+// Every constant of http::fail. The README test below also checks that response.hpp
+// declares no constant missing here.
+const std::vector<named_failure> all_failures{
+    {"bad_request", fail::bad_request},
+    {"bad_framing", fail::bad_framing},
+    {"bad_length", fail::bad_length},
+    {"bad_coding", fail::bad_coding},
+    {"bad_host", fail::bad_host},
+    {"bad_target", fail::bad_target},
+    {"bad_body", fail::bad_body},
+    {"unauthorized", fail::unauthorized},
+    {"connect_refused", fail::connect_refused},
+    {"header_timeout", fail::header_timeout},
+    {"body_timeout", fail::body_timeout},
+    {"too_large", fail::too_large},
+    {"bad_expect", fail::bad_expect},
+    {"header_too_large", fail::header_too_large},
+    {"upstream_refused", fail::upstream_refused},
+    {"upstream_connect_timeout", fail::upstream_connect_timeout},
+    {"upstream_send", fail::upstream_send},
+    {"upstream_closed", fail::upstream_closed},
+    {"upstream_invalid", fail::upstream_invalid},
+    {"upstream_cut", fail::upstream_cut},
+    {"upstream_unasked_101", fail::upstream_unasked_101},
+    {"store_down", fail::store_down},
+    {"upstream_timeout", fail::upstream_timeout},
+    {"upstream_send_timeout", fail::upstream_send_timeout},
+};
+
+struct parsed {
+    bhttp::response<bhttp::string_body> msg;
+    std::size_t consumed = 0;  // bytes of the input the response took
+    std::string head;          // the raw head, through the blank line
+};
+
+// Parses one whole response from the start of `bytes` with Beast's parser.
+parsed parse_response(std::string_view bytes) {
+    bhttp::response_parser<bhttp::string_body> p;
+    p.eager(true);
+    boost::beast::error_code ec;
+    parsed out;
+    out.consumed = p.put(boost::asio::buffer(bytes.data(), bytes.size()), ec);
+    REQUIRE_MESSAGE(!ec, ec.message());
+    REQUIRE(p.is_done());
+    out.msg = p.release();
+    const auto end = bytes.find("\r\n\r\n");
+    REQUIRE(end != std::string_view::npos);
+    out.head = std::string(bytes.substr(0, end + 4));
+    return out;
+}
+
+void check_connection(const parsed& r, bool close) {
+    CHECK(r.msg.count(bhttp::field::connection) == (close ? 1u : 0u));
+    if (close) CHECK(r.msg[bhttp::field::connection] == "close");
+    CHECK(r.msg.keep_alive() == !close);
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path);
+    REQUIRE_MESSAGE(in, "cannot open " << path);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+// The (status, code) rows of README.md's "### Error answers" table.
+std::set<std::pair<unsigned, std::string>> readme_error_rows() {
+    const std::string readme = read_file(SLUICE_TEST_DIR "/../README.md");
+    auto at = readme.find("\n### Error answers\n");
+    REQUIRE_MESSAGE(at != std::string::npos, "README.md has no \"### Error answers\" section");
+    std::istringstream in(readme.substr(at + 1));
+    std::set<std::pair<unsigned, std::string>> rows;
+    const std::regex row(R"(^\|\s*(\d{3})\s*\|\s*`?([a-z_]+)`?\s*\|.*)");
+    const std::regex any_row(R"(^\|.*)");
+    bool in_table = false;
+    std::string line;
+    std::getline(in, line);  // the heading
+    while (std::getline(in, line)) {
+        if (line.rfind("#", 0) == 0) break;  // the next section
+        const bool table_line = std::regex_match(line, any_row);
+        if (in_table && !table_line) break;  // the table ended
+        if (!table_line) continue;
+        in_table = true;
+        std::smatch m;
+        if (std::regex_match(line, m, row)) rows.emplace(static_cast<unsigned>(std::stoul(m[1])), m[2]);
+    }
+    return rows;
+}
+
+}  // namespace
+
+TEST_CASE("write_failure: a valid HTTP/1.1 response, Content-Length framing the JSON {error, message}") {
+    for (const auto& nf : all_failures) {
+        const failure& f = nf.f;
+        for (bool close : {false, true}) {
+            CAPTURE(nf.name);
+            CAPTURE(close);
+            std::string out;
+            sluice::http::write_failure(out, f, close);
+            auto r = parse_response(out);
+            CHECK(r.consumed == out.size());  // nothing after the body
+            CHECK(r.msg.version() == 11);
+            CHECK(r.msg.result_int() == f.status);
+            CHECK(r.msg.reason() == bhttp::obsolete_reason(static_cast<bhttp::status>(f.status)));
+            CHECK(r.msg[bhttp::field::content_type] == "application/json");
+            REQUIRE(r.msg.has_content_length());
+            CHECK(r.msg[bhttp::field::content_length] == std::to_string(r.msg.body().size()));
+            CHECK(out.size() == r.head.size() + r.msg.body().size());
+            check_connection(r, close);
+
+            auto body = boost::json::parse(r.msg.body());
+            REQUIRE(body.is_object());
+            const auto& o = body.as_object();
+            CHECK(o.size() == 2);
+            REQUIRE(o.contains("error"));
+            REQUIRE(o.contains("message"));
+            CHECK(o.at("error").as_string() == f.code);
+            CHECK(o.at("message").as_string() == f.message);  // quotes (bad_framing) escaped and back
+        }
+    }
+}
+
+TEST_CASE("write_failure: extra fields go in the head; with() changes only the message; output is appended") {
+    std::string out = "HTTP/1.1 100 Continue\r\n\r\n";  // already queued: must stay in front
+    const std::string before = out;
+    const std::string message = "token expired \"now\"\\";
+    sluice::http::write_failure(out, fail::unauthorized.with(message), false,
+                                "WWW-Authenticate: Bearer\r\nX-Sluice-Test: a, b\r\n");
+    REQUIRE(out.rfind(before, 0) == 0);
+    auto r = parse_response(std::string_view(out).substr(before.size()));
+    CHECK(r.consumed == out.size() - before.size());
+    CHECK(r.msg.result_int() == 401);
+    CHECK(r.msg["WWW-Authenticate"] == "Bearer");
+    CHECK(r.msg["X-Sluice-Test"] == "a, b");
+    CHECK(r.head.find("X-Sluice-Test: a, b\r\n") != std::string::npos);
+    CHECK(r.msg.body().find("X-Sluice-Test") == std::string::npos);
+    check_connection(r, false);
+    auto body = boost::json::parse(r.msg.body()).as_object();
+    CHECK(body.at("error").as_string() == "unauthorized");
+    CHECK(body.at("message").as_string() == message);
+
+    // Two answers in a row (pipelining) frame apart.
+    std::string two;
+    sluice::http::write_failure(two, fail::too_large, false);
+    const auto first_size = two.size();
+    sluice::http::write_failure(two, fail::upstream_timeout, true);
+    auto first = parse_response(two);
+    CHECK(first.consumed == first_size);
+    CHECK(first.msg.result_int() == 413);
+    auto second = parse_response(std::string_view(two).substr(first.consumed));
+    CHECK(second.msg.result_int() == 504);
+    check_connection(second, true);
+}
+
+TEST_CASE("write_limited: 429 with Retry-After, the rate-limit fields, and {error, policy, retry_after}") {
+    const std::string fields = "RateLimit-Policy: \"ip-1s\";q=10;w=1\r\nRateLimit: \"ip-1s\";r=0;t=1\r\n";
+    struct example {
+        std::string policy;
+        std::int64_t retry;
+        bool close;
+    };
+    for (const auto& e : {example{"default", 1, false}, example{"login-v2_x", 42, true},
+                          example{"search", 1'234'567'890'123, false}, example{"p", 3600, true}}) {
+        CAPTURE(e.policy);
+        CAPTURE(e.retry);
+        std::string out;
+        sluice::http::write_limited(out, e.policy, e.retry, fields, e.close);
+        auto r = parse_response(out);
+        CHECK(r.consumed == out.size());
+        CHECK(r.msg.version() == 11);
+        CHECK(r.msg.result() == bhttp::status::too_many_requests);
+        CHECK(r.msg.reason() == "Too Many Requests");
+        CHECK(r.msg[bhttp::field::content_type] == "application/json");
+        CHECK(r.msg[bhttp::field::retry_after] == std::to_string(e.retry));
+        CHECK(r.msg["RateLimit-Policy"] == "\"ip-1s\";q=10;w=1");
+        CHECK(r.msg["RateLimit"] == "\"ip-1s\";r=0;t=1");
+        CHECK(r.head.find(fields) != std::string::npos);
+        REQUIRE(r.msg.has_content_length());
+        CHECK(r.msg[bhttp::field::content_length] == std::to_string(r.msg.body().size()));
+        check_connection(r, e.close);
+
+        auto body = boost::json::parse(r.msg.body());
+        REQUIRE(body.is_object());
+        const auto& o = body.as_object();
+        CHECK(o.size() == 3);
+        CHECK(o.at("error").as_string() == "rate_limited");
+        CHECK(o.at("policy").as_string() == e.policy);
+        REQUIRE(o.at("retry_after").is_int64());
+        CHECK(o.at("retry_after").as_int64() == e.retry);
+    }
+
+    // No fields (response.headers: none) is still a whole response.
+    std::string out;
+    sluice::http::write_limited(out, "default", 7, "", false);
+    auto r = parse_response(out);
+    CHECK(r.consumed == out.size());
+    CHECK(r.msg[bhttp::field::retry_after] == "7");
+    CHECK(r.msg.find("RateLimit") == r.msg.end());
+}
+
+TEST_CASE("append_number writes decimal digits after what is there") {
+    std::string out = "n=";
+    sluice::http::append_number(out, 0);
+    out += ',';
+    sluice::http::append_number(out, 18'446'744'073'709'551'615ull);
+    CHECK(out == "n=0,18446744073709551615");
+}
+
+TEST_CASE("README's table of error answers lists exactly the (status, code) pairs of http::fail") {
+    const auto rows = readme_error_rows();
+    REQUIRE(rows.size() >= 5);  // the table was found and read
+
+    std::set<std::pair<unsigned, std::string>> in_code;
+    for (const auto& nf : all_failures) in_code.emplace(nf.f.status, std::string(nf.f.code));
+    for (const auto& pair : in_code) {
+        CAPTURE(pair.first);
+        CAPTURE(pair.second);
+        CHECK_MESSAGE(rows.count(pair) == 1, "README.md's error table lacks this answer");
+    }
+    // 429 rate_limited is written by write_limited, not from the table of failures.
+    for (const auto& pair : rows) {
+        CAPTURE(pair.first);
+        CAPTURE(pair.second);
+        const bool documented_elsewhere = pair.first == 429 && pair.second == "rate_limited";
+        CHECK_MESSAGE((in_code.count(pair) == 1 || documented_elsewhere),
+                      "README.md lists an answer http::fail does not have");
+    }
+
+    // The list above is complete: response.hpp declares no other failure constant.
+    const std::string header = read_file(SLUICE_TEST_DIR "/../src/http/response.hpp");
+    const std::regex decl(R"(inline constexpr failure (\w+)\{)");
+    std::set<std::string> declared, listed;
+    for (auto it = std::sregex_iterator(header.begin(), header.end(), decl); it != std::sregex_iterator(); ++it)
+        declared.insert((*it)[1]);
+    for (const auto& nf : all_failures) listed.insert(nf.name);
+    CHECK(declared == listed);
+}
