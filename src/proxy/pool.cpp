@@ -29,7 +29,7 @@ std::unique_ptr<upstream_connection> pool::take() {
 }
 
 void pool::give_back(std::unique_ptr<upstream_connection> c) {
-    if (idle_.size() >= max_idle_ || !c->socket.is_open() || c->buffer.size() != 0) return;
+    if (closed_ || idle_.size() >= max_idle_ || !c->socket.is_open() || c->buffer.size() != 0) return;
     idle_.push_back({std::move(c), next_serial_++});
     watch(idle_.back());
     metrics_.set_idle_upstream(idle_.size());
@@ -52,6 +52,7 @@ void pool::drop(std::uint64_t serial) {
 }
 
 void pool::close_all() {
+    closed_ = true;
     idle_.clear();
     metrics_.set_idle_upstream(0);
 }

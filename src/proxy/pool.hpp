@@ -36,6 +36,8 @@ public:
     // Keeps `c` for reuse. Only for a connection whose last response ended exactly at its
     // framing with nothing more read (c->buffer empty).
     void give_back(std::unique_ptr<upstream_connection> c);
+    // Closes every idle connection, and from now on keeps none given back (a drain: an idle
+    // connection's watch would keep the worker's io_context from running out of work).
     void close_all();
     std::size_t idle() const { return idle_.size(); }
 
@@ -50,6 +52,7 @@ private:
     std::vector<entry> idle_;
     std::size_t max_idle_;
     std::uint64_t next_serial_ = 0;
+    bool closed_ = false;
     metrics::shard& metrics_;
 };
 
