@@ -1,83 +1,291 @@
--- Sluice rate limiter: one request, every key, checked first and committed only if all admit.
---
--- This script reproduces limit::decide() (src/limit/decide.cpp) decision for decision; the
+-- Sluice rate limiter, one EVALSHA per request: every tier of every identifier is checked,
+-- and only if all admit is the cost committed to each. The semantics are limit::decide()'s
+-- (src/limit/decide.cpp), whose check and commit functions the ones here mirror; the
 -- differential test (tests/store/test_redis_script.cpp) runs both on random traces.
--- Times are integer microseconds of Unix time. Lua numbers are doubles: every value here
--- is an integer below 2^53, so a / b for integers a, b is the double nearest the exact
--- quotient and never crosses an integer: math.floor(a / b) is floor division (and
--- truncation, for a < 0, is -math.floor(-a / b)).
 --
--- It runs on every request, so it is written for the costs of Redis' Lua 5.1 (measure with
--- bench/lua_bench.sh): a redis.call is dear (a commit makes three: TIME, HMGET, HSET, and
--- PEXPIREAT only when a TTL must grow); then number <-> string conversions (~0.1-0.3 µs
--- each: tonumber or `+ 0`, string.format; `..` of a number is worse, %.14g, and wrong
--- above 1e14: numbers are written with string.format('%d')), pattern captures, C calls
--- and new tables. So: a numeric ARGV is converted only where used (compared as a string
--- first where a common value needs no conversion: min_interval "0", buckets "1", cost
--- "1"); a stored string is reused rather than re-parsed or re-formatted ("@t" is the
--- last admission of every tier the last commit wrote); a commit within a tier's newest
--- bucket rewrites only the head of its field; the reply is one presized table.
+-- KEYS, per identifier in request order: its HASH, then one ZSET per `log` tier of it in tier
+--   order (src/store/redis_script.cpp builds every name).
+-- ARGV: [1] time override in µs ("" in production: the clock is TIME), [2] cost,
+--   [3] number of identifiers, then per identifier its number of tiers n and n times 11
+--   values: algorithm (f fixed | s sliding | g gcra | l log), limit, per_us, bucket_us,
+--   buckets, burst, interval_us, tolerance_us, min_interval_us, horizon_us, tier id.
+-- Reply: { allowed (0|1), retry_after_us, then per tier in request order: remaining,
+--   reset_us, admitted (0|1) }. retry_after and reset count from the caller's clock, even
+--   where the decision was made at a key's later "@t".
+-- HASH fields (times in µs of Unix time):
+--   "@t"       the latest time a commit used: the key's clock never goes back before it
+--   "@e"       the HASH's expiry in ms, as this script last set it
+--   <tier id>  "<last>;<state>", <last> the tier's latest admission, and <state>:
+--     fixed, sliding  "<total>|<newest>|<index>:<count>,<index>:<count>,...": <newest> the
+--                     count of the bucket of <last> (index floor(last / bucket)), then the
+--                     older non-empty buckets oldest first; <total> the sum of every count,
+--                     empty when there is no older bucket
+--     gcra            "<tat - last>"
+--     log             "<the ZSET's expiry in ms as last set here>" (0: no ZSET); the ZSET
+--                     holds the admitted times: score <ts>, member "<ts>:<seq>", seq from 1
+--                     per ts
+-- A commit keeps each key alive for its longest horizon past max(time used, clock); a TTL
+-- only grows, and when it must, with horizon / 8 of slack, so that a busy key is not
+-- extended on every request.
 --
--- KEYS, per identifier in request order:
---   the identifier's HASH ("<prefix>{ip:<hex>}"), then one ZSET per `log` tier of that
---   identifier in tier order ("<prefix>{ip:<hex>}:log:<tier id>"). No key name is built here.
--- ARGV:
---   [1] time override in µs ("" in production: the clock is redis.call('TIME'))
---   [2] cost
---   [3] number of identifiers
---   then per identifier: its number of tiers n, then n times 11 values:
---     algorithm (f fixed | s sliding | g gcra | l log), limit, per_us, bucket_us, buckets,
---     burst, interval_us, tolerance_us, min_interval_us, horizon_us, tier id
---   (read by algorithm: f, s: limit, bucket_us, buckets; g: interval_us, tolerance_us;
---    l: limit, per_us; all: min_interval_us, horizon_us, tier id)
--- HASH fields:
---   "@t"        the latest time a commit used (the clock never goes back before it)
---   "@e"        the HASH's expiry (absolute ms) as this script set it: a commit only extends
---               the TTL (PEXPIREAT) when it needs more than that, and then with slack
---               (horizon / 8), so a busy key is not extended on every request. Absent in a
---               HASH an older version of this script wrote: PTTL tells instead.
---   <tier id>   "<last>;<state>" with <last> the tier's last admission (absolute µs):
---                 fixed, sliding: "<last>;<total>|<newest>|<index>:<count>,<index>:<count>,..."
---                   <newest> the count of the newest bucket, the one of <last> (index
---                   floor(last / bucket)); then the older non-empty buckets oldest first
---                   by absolute index floor(time / bucket) and count; <total> the sum of
---                   every count, empty when there are no older buckets (so always for
---                   fixed). The form an older version wrote, "<last>;<d>:<count>,..."
---                   (d = floor(last / bucket) - index, oldest first), is still read; an
---                   older version reads this form as no live bucket (a rolling upgrade
---                   may admit up to a window's quota more for a tier in that window).
---                 gcra:           "<last>;<tat - last>"
---                 log:            "<last>;<the ZSET's expiry, absolute ms as set here>"
---                                 (older: "<last>"); the timestamps live in the tier's
---                                 ZSET: score <ts>, member "<ts>:<seq>", seq counting
---                                 from 1 per ts
--- A key's TTL only grows, and covers `horizon` after the key's latest commit (for a log
--- ZSET, its tier's horizon); the TTL is at most horizon / 8 longer than needed.
--- Reply: { allowed (0|1), retry_after_us, then per tier in request order:
---          remaining, reset_us, admitted (0|1) }
--- retry_after and reset count from the caller's clock (ARGV[1] or TIME), even when the
--- identifier's stored "@t" is later and the decision is made at that clamped time.
+-- Cost (this runs on every request; bench/lua_bench.sh measures it): redis.call is dearest,
+-- then allocations (strings, tables, and closures: every `local function` below is made
+-- anew on each call, and each local of this chunk it captures is one more object), then
+-- number <-> string conversions and pattern matches. So the functions take values, not
+-- tables, and capture nothing (they reach library functions through the globals); steps of
+-- a few lines (gcra's commit, the min_interval check, a TTL's extension) are written where
+-- they are used; an ARGV number is converted where it is used, common values ("0", "1")
+-- compared as strings first; a stored string is reused where it can be (a field's <last>
+-- is most often "@t"); numbers are written with string.format('%d') (`..` of a number is
+-- %.14g). Every number here is an integer below 2^53, so a % b is exact and
+-- (a - a % b) / b is floor division, without math.floor's C call.
 
--- (locals for what a typical call uses more than once; the rest is looked up where used)
-local call, floor, fmt, match = redis.call, math.floor, string.format, string.match
+-- fixed and sliding: `nb` buckets of `bucket` µs; the window at `at` is the bucket holding
+-- `at` and the nb - 1 before it, and a bucket with index i counts until (i + nb) * bucket.
+-- v is the tier's field, t_s and t the key's "@t" as stored and as a number. With `soon`
+-- (its min_interval not yet passed) an admissible request reports the quota as it stands,
+-- as decide.cpp's check with cost 0 does. Returns ok, remaining, reset, admit_at, then
+-- what commit_buckets needs: the total and the newest count a commit leaves, and the older
+-- buckets it keeps ("<index>:<count>," each, oldest first).
+local function check_buckets(v, t_s, t, at, cost, soon, lim, bucket, nb, hz)
+    local cur = (at - at % bucket) / bucket
+    local oldest = cur - nb + 1
+    local count = 0
+    local first  -- the index of the oldest live bucket (nil: none)
+    local newest_live = false  -- the newest stored bucket is cur
+    local nw, tot  -- the stored newest count and total
+    local src, q  -- the live buckets older than cur: in src from index q on
+    if v then
+        local ls, p, f1
+        ls, tot, nw, p, f1 = string.match(v, '^(%d+);(%d*)|(%d+)|()(%d*)')
+        if ls then
+            local newest = t
+            if ls ~= t_s then
+                newest = ls + 0
+            end
+            newest = (newest - newest % bucket) / bucket
+            if newest == cur then
+                -- every stored bucket is live (the last commit dropped the others)
+                newest_live = true
+                src, q = v, p
+                if tot == '' then
+                    count = nw + 0
+                    first = cur
+                else
+                    count = tot + 0
+                    first = f1 + 0
+                end
+            elseif newest >= oldest then
+                -- drop the older buckets that left the window, oldest first
+                q = p
+                if tot == '' then
+                    count = nw + 0
+                else
+                    local find, sub = string.find, string.sub
+                    local dead = 0
+                    while true do
+                        local colon = find(v, ':', q, true)
+                        if not colon then
+                            break
+                        end
+                        local idx = sub(v, q, colon - 1) + 0
+                        if idx >= oldest then
+                            first = idx
+                            break
+                        end
+                        local comma = find(v, ',', colon, true)
+                        dead = dead + sub(v, colon + 1, comma - 1)
+                        q = comma + 1
+                    end
+                    count = tot - dead
+                end
+                first = first or newest
+                -- the newest becomes an older bucket
+                src, q = string.sub(v, q) .. string.format('%d:%s,', newest, nw), 1
+            end
+        end
+    end
 
--- gcra: what remains of the tolerance once `debt` (tat - now) is owed, truncated toward
--- zero like decide.cpp, and when one more unit comes back (0: none is owed).
-local function gcra_quota(debt, tol, T)
-    local q = (tol - debt) / T
-    local remaining
-    if q >= 0 then
-        remaining = floor(q)
-    else
-        remaining = -floor(-q)
+    local remaining = lim - count
+    local reset = 0
+    if first then
+        reset = (first + nb) * bucket - at
     end
-    if debt > 0 then
-        return remaining, debt - tol + (remaining + 1) * T
+    if count + cost <= lim then
+        if soon then
+            return true, remaining, reset, 0
+        end
+        if not first and cost > 0 then
+            reset = (cur + nb) * bucket - at
+        end
+        if newest_live then
+            if tot == '' then  -- the newest is the only bucket: count is its count
+                return true, remaining - cost, reset, 0, count + cost, count + cost, ''
+            end
+            return true, remaining - cost, reset, 0, count + cost, nw + cost, string.sub(v, q)
+        end
+        return true, remaining - cost, reset, 0, count + cost, cost, src or ''
     end
-    return remaining, 0
+
+    -- Denied: drop live buckets oldest first until the request fits; it is admitted once
+    -- the last dropped bucket has left the window. A cost above the limit never fits.
+    local admit_at = at + hz
+    if first then
+        local find, sub = string.find, string.sub
+        local freed = 0
+        local fits
+        while true do
+            local colon = find(src, ':', q, true)
+            if not colon then
+                break
+            end
+            local comma = find(src, ',', colon, true)
+            freed = freed + sub(src, colon + 1, comma - 1)
+            if count - freed + cost <= lim then
+                fits = sub(src, q, colon - 1) + 0
+                break
+            end
+            q = comma + 1
+        end
+        -- when the newest is cur, it is not in src
+        if not fits and newest_live and count - (freed + nw) + cost <= lim then
+            fits = cur
+        end
+        if fits then
+            admit_at = (fits + nb) * bucket
+        end
+    end
+    return false, remaining, reset, admit_at
 end
+
+-- The field of a bucket tier after a commit at `at` (see check_buckets). When `at` falls in
+-- the newest bucket, only the head of the field changes.
+local function commit_buckets(at_s, total, newest, older)
+    if older == '' then
+        return string.format('%s;|%d|', at_s, newest)
+    end
+    return string.format('%s;%d|%d|', at_s, total, newest) .. older
+end
+
+-- gcra: one theoretical arrival time `tat` (stored as tat - last); a request of cost c is
+-- admitted when max(tat, at) + c*T - tol <= at. Returns ok, remaining, reset, admit_at
+-- and the tat a commit stores.
+local function check_gcra(v, t_s, t, at, cost, soon, T, tol)
+    local tat = at
+    if v then
+        local ls, d = string.match(v, '^(%d+);(%d+)')
+        if ls then
+            if ls == t_s then
+                d = t + d
+            else
+                d = ls + d
+            end
+            if d > at then
+                tat = d
+            end
+        end
+    end
+    local nxt = tat + cost * T
+    local ok = nxt - at <= tol
+    local debt = tat - at  -- how far the bucket is from full
+    local admit_at = 0
+    if not ok then
+        admit_at = nxt - tol
+    elseif not soon then
+        debt = nxt - at
+    end
+    -- what remains of the tolerance, truncated toward zero like decide.cpp; one more unit
+    -- comes back once the debt falls to tol - (remaining + 1) * T
+    local left = tol - debt
+    local remaining
+    if left >= 0 then
+        remaining = (left - left % T) / T
+    else
+        remaining = (left + -left % T) / T
+    end
+    local reset = 0
+    if debt > 0 then
+        reset = debt - tol + (remaining + 1) * T
+    end
+    return ok, remaining, reset, admit_at, nxt
+end
+
+-- log: an entry counts while at < ts + per, so the live scores are (at - per, +inf).
+-- Returns ok, remaining, reset, admit_at and the live count.
+local function check_log(zset, at, cost, soon, lim, per, hz)
+    local call = redis.call
+    local lo = string.format('(%d', at - per)
+    local count = call('ZCOUNT', zset, lo, '+inf')
+    local ok = count + cost <= lim
+    if ok and soon then
+        cost = 0  -- the quota as it stands
+    end
+    local remaining = lim - count
+    local admit_at = 0
+    if ok then
+        remaining = remaining - cost
+    elseif cost > lim then
+        admit_at = at + hz  -- never fits
+    else
+        admit_at = call('ZRANGEBYSCORE', zset, lo, '+inf', 'WITHSCORES', 'LIMIT', count + cost - lim - 1, 1)[2] + per
+    end
+    local reset = 0  -- until the oldest live entry leaves
+    if count > 0 then
+        reset = call('ZRANGEBYSCORE', zset, lo, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2] + per - at
+    elseif cost > 0 then
+        reset = per
+    end
+    return ok, remaining, reset, admit_at, count
+end
+
+-- log: drop the entries that left the window, add `cost` entries at `at`, and keep the
+-- ZSET alive `hz` past `from` (as the HASH: see the commit below). v is the tier's field
+-- before this commit, count the live entries its check saw. Returns the tier's new field.
+local function commit_log(zset, v, count, per, hz, at, at_s, from, cost)
+    local call, fmt = redis.call, string.format
+    call('ZREMRANGEBYSCORE', zset, '-inf', fmt('%d', at - per))
+    local ls, e
+    if v then
+        ls, e = string.match(v, '^(%d+);(%d+)')
+    end
+    if cost > 0 then
+        -- entries at `at` exist only if this tier last admitted at `at` (or its field is gone)
+        local seq = 0
+        if not ls or ls == at_s then
+            seq = call('ZCOUNT', zset, at_s, at_s)
+        end
+        if cost == 1 then
+            call('ZADD', zset, at_s, at_s .. ':' .. fmt('%d', seq + 1))
+        else
+            local zadd = {}
+            for i = 1, cost do
+                zadd[2 * i - 1] = at_s
+                zadd[2 * i] = at_s .. ':' .. fmt('%d', seq + i)
+            end
+            call('ZADD', zset, unpack(zadd))
+        end
+    end
+    -- without a live entry before, the ZSET is new (or gone): it has no TTL
+    local exp = 0
+    if count > 0 and e then
+        exp = e + 0
+    end
+    if count > 0 or cost > 0 then
+        local need = from + hz + 999
+        need = (need - need % 1000) / 1000
+        if exp < need then
+            exp = need + (hz - hz % 8000) / 8000
+            call('PEXPIREAT', zset, exp)
+        end
+    end
+    return fmt('%s;%d', at_s, exp)
+end
+
+local call, fmt, match = redis.call, string.format, string.match
 local ARGV, KEYS = ARGV, KEYS
 local ERR = 'ERR sluice rate_limit: '
+
+-- Parse ARGV -----------------------------------------------------------------------------
 
 local cost = ARGV[2]
 if cost == '1' then
@@ -94,10 +302,6 @@ end
 if not cost or not nkeys then
     return redis.error_reply(ERR .. 'bad cost or key count')
 end
-local cost_s = '1'  -- the cost as a bucket field writes it
-if cost ~= 1 then
-    cost_s = fmt('%d', cost)
-end
 
 local tm = call('TIME')
 local clock = tm[1] * 1000000 + tm[2]
@@ -109,21 +313,21 @@ if ARGV[1] ~= '' then
     end
 end
 
--- Check every tier of every key ---------------------------------------------------------
+-- Check every tier of every identifier ----------------------------------------------------
 
 local allowed, retry_after = 1, 0
 local out = { 0, 0, nil, nil, nil, nil, nil, nil, nil, nil, nil }
-local no = 2
--- the commit arguments of the last identifier, and with several, of each (`later`)
-local c_hash, c_at, c_at_s, c_last_time, c_hash_exp, c_horizon, c_n, c_vals, c_a0
-local later
+local o = 2  -- the reply's last index written
+local a, k = 4, 1  -- the ARGV index of the next tier count, the next KEYS index
+-- what an identifier's commit needs: the last one's here, and with several, each one's in
+-- `pending` (one table per call is spared in the common case of one identifier)
+local hash, at, at_s, e_s, horizon, n, has_log, vals, a0
+local pending
 if nkeys > 1 then
-    later = {}
+    pending = {}
 end
-local a, k = 4, 1
 for i = 1, nkeys do
-    local a0 = a
-    local n = ARGV[a]
+    a0, n = a, ARGV[a]
     if n == '1' then
         n = 1
     elseif n == '2' then
@@ -131,12 +335,11 @@ for i = 1, nkeys do
     else
         n = tonumber(n)
     end
-    local hash = KEYS[k]
+    hash = KEYS[k]
     if not n or not hash or not ARGV[a + 11 * n] then
         return redis.error_reply(ERR .. 'bad tier count')
     end
     k = k + 1
-    local vals
     if n == 1 then
         vals = call('HMGET', hash, '@t', '@e', ARGV[a + 11])
     elseif n == 2 then
@@ -148,19 +351,21 @@ for i = 1, nkeys do
         end
         vals = call('HMGET', hash, unpack(fields))
     end
-    local last_time = vals[1]
-    local at, prev = now, nil
-    if last_time then
-        prev = last_time + 0
-        if prev > at then
-            at = prev
+    -- the key's clock never goes back before its "@t"
+    local t_s = vals[1]
+    local t
+    at, at_s = now, nil
+    if t_s then
+        t = t_s + 0
+        if t >= at then
+            at, at_s = t, t_s
         end
     end
-    local at_s = last_time
-    if at ~= prev then
+    if not at_s then
         at_s = fmt('%d', at)
     end
-    local horizon = 0
+    e_s, horizon, has_log = vals[2], 0, false
+
     for j = 3, n + 2 do
         local algo = ARGV[a + 1]
         local hz = ARGV[a + 10] + 0
@@ -168,315 +373,92 @@ for i = 1, nkeys do
             horizon = hz
         end
         local v = vals[j]
-        -- min_interval: `soon` when the tier admitted less than min_interval ago
+        -- check min_interval: `soon` until interval_ok_at, min_interval after the tier's
+        -- last admission (its field's <last>, most often "@t")
         local mi = ARGV[a + 9]
-        local last
-        local soon = false
-        if mi == '0' then
-            mi = 0
-        else
+        local soon, interval_ok_at = false, 0
+        if v and mi ~= '0' then
             mi = mi + 0
-            if v and mi > 0 then
-                local ls = match(v, '^%d+')
-                if ls == last_time then
-                    last = prev
-                else
-                    last = ls + 0
-                end
-                soon = at - last < mi
+            local last = match(v, '^%d+')
+            if last == t_s then
+                last = t
+            else
+                last = last + 0
             end
+            soon = mi > 0 and at - last < mi
+            interval_ok_at = last + mi
         end
-        local ok, remaining, reset, value
-        local admit_at = 0
-        -- with soon and ok: the quota as it stands (cost 0)
-        local remaining0, reset0
 
+        local ok, remaining, reset, admit_at, value
         if algo == 'f' or algo == 's' then
-            local lim = ARGV[a + 2] + 0
             local bucket = ARGV[a + 4] + 0
+            if not (bucket > 0) then
+                return redis.error_reply(ERR .. 'bad bucket')
+            end
             local nb = ARGV[a + 5]
             if nb == '1' then
                 nb = 1
             else
                 nb = nb + 0
             end
-            if not (bucket > 0) then
-                return redis.error_reply(ERR .. 'bad bucket')
+            local total, newest, older
+            ok, remaining, reset, admit_at, total, newest, older =
+                check_buckets(v, t_s, t, at, cost, soon, ARGV[a + 2] + 0, bucket, nb, hz)
+            if total then
+                value = commit_buckets(at_s, total, newest, older)
             end
-            local cur = floor(at / bucket)
-            local oldest = cur - nb + 1
-            local count = 0
-            local first  -- the index of the oldest live bucket (nil: none)
-            local state = 0  -- 0: no live bucket; 1: the newest is cur; 2: older, some live
-            local tot, nw, p, kept, f1
-            if v then
-                local ls
-                ls, tot, nw, p, f1 = match(v, '^(%d+);(%d*)|(%d+)|()(%d*)')
-                if not ls then
-                    -- the older form: "<last>;<d>:<count>,..." oldest first, the newest d 0
-                    local rest
-                    ls, rest = match(v, '^(%d+);?(.*)$')
-                    local base = floor(ls / bucket)
-                    local pairs_s, total, np, nd, nc = '', 0, 0, nil, nil
-                    for d, c in string.gmatch(rest, '(%d+):(%d+)') do
-                        if nd then
-                            pairs_s = pairs_s .. fmt('%d:%s,', base - nd, nc)
-                        end
-                        nd, nc = d, c
-                        total = total + c
-                        np = np + 1
-                    end
-                    if np == 0 or nd + 0 ~= 0 then
-                        ls = nil  -- no bucket
-                    elseif np == 1 then
-                        v = ls .. ';|' .. nc .. '|'
-                    else
-                        v = fmt('%s;%d|%s|', ls, total, nc) .. pairs_s
-                    end
-                    if ls then
-                        ls, tot, nw, p, f1 = match(v, '^(%d+);(%d*)|(%d+)|()(%d*)')
-                    end
-                end
-                if ls then
-                    -- the newest bucket is the one of the tier's last admission
-                    local newest
-                    if ls == last_time then
-                        newest = floor(prev / bucket)
-                    else
-                        newest = floor(ls / bucket)
-                    end
-                    if newest == cur then
-                        -- every stored bucket is live (the last commit dropped the others)
-                        state = 1
-                        if tot == '' then
-                            count = nw + 0
-                            first = cur
-                        else
-                            count = tot + 0
-                            first = f1 + 0  -- the oldest older bucket
-                        end
-                    elseif newest >= oldest then
-                        -- drop the older buckets that left the window, oldest first
-                        state = 2
-                        local q = p
-                        if tot == '' then
-                            count = nw + 0
-                        else
-                            local dead = 0
-                            while true do
-                                local colon = string.find(v, ':', q, true)
-                                if not colon then
-                                    break
-                                end
-                                local idx = string.sub(v, q, colon - 1) + 0
-                                if idx >= oldest then
-                                    first = idx
-                                    break
-                                end
-                                local comma = string.find(v, ',', colon, true)
-                                dead = dead + string.sub(v, colon + 1, comma - 1)
-                                q = comma + 1
-                            end
-                            count = tot - dead
-                        end
-                        first = first or newest
-                        -- the live older buckets and the newest: the older ones of a commit
-                        kept = string.sub(v, q) .. fmt('%d:%s,', newest, nw)
-                    end
-                end
-            end
-            ok = count + cost <= lim
-            remaining = lim - count
-            if ok then
-                remaining = remaining - cost
-                if first then
-                    reset = (first + nb) * bucket - at
-                elseif cost > 0 then
-                    reset = (cur + nb) * bucket - at
-                else
-                    reset = 0
-                end
-                if soon then
-                    remaining0 = lim - count
-                    reset0 = 0
-                    if first then
-                        reset0 = (first + nb) * bucket - at
-                    end
-                elseif state == 1 then
-                    -- the older buckets stay as they are
-                    if tot == '' then
-                        value = fmt('%s;|%d|', at_s, nw + cost)
-                    else
-                        value = fmt('%s;%d|%d|', at_s, count + cost, nw + cost) .. string.sub(v, p)
-                    end
-                elseif state == 2 then
-                    value = fmt('%s;%d|%s|', at_s, count + cost, cost_s) .. kept
-                else
-                    value = at_s .. ';|' .. cost_s .. '|'
-                end
-            else
-                admit_at = at + hz  -- a cost above the limit never fits
-                reset = 0
-                if first then
-                    reset = (first + nb) * bucket - at
-                    -- Drop live buckets oldest first until the request fits.
-                    local src, q = kept, 1
-                    if state == 1 then
-                        src, q = v, p
-                    end
-                    local freed = 0
-                    local fits
-                    while true do
-                        local colon = string.find(src, ':', q, true)
-                        if not colon then
-                            break
-                        end
-                        local comma = string.find(src, ',', colon, true)
-                        freed = freed + string.sub(src, colon + 1, comma - 1)
-                        if count - freed + cost <= lim then
-                            fits = string.sub(src, q, colon - 1) + 0
-                            break
-                        end
-                        q = comma + 1
-                    end
-                    if not fits and state == 1 and count - (freed + nw) + cost <= lim then
-                        fits = cur
-                    end
-                    if fits then
-                        admit_at = (fits + nb) * bucket
-                    end
-                end
-            end
-
         elseif algo == 'g' then
             local T = ARGV[a + 7] + 0
-            local tol = ARGV[a + 8] + 0
             if not (T > 0) then
                 return redis.error_reply(ERR .. 'bad interval')
             end
-            local tat = at
-            if v then
-                local ls, d = match(v, '^(%d+);(%d+)')
-                if ls then
-                    if not last then
-                        if ls == last_time then
-                            last = prev
-                        else
-                            last = ls + 0
-                        end
-                    end
-                    if last + d > at then
-                        tat = last + d
-                    end
-                end
+            local tat
+            ok, remaining, reset, admit_at, tat = check_gcra(v, t_s, t, at, cost, soon, T, ARGV[a + 8] + 0)
+            if ok and not soon then
+                value = fmt('%s;%d', at_s, tat - at)  -- commit_gcra
             end
-            local nxt = tat + cost * T
-            ok = nxt - at <= tol
-            local debt = tat - at
-            if ok then
-                debt = nxt - at
-            else
-                admit_at = nxt - tol
-            end
-            remaining, reset = gcra_quota(debt, tol, T)
-            if ok then
-                if soon then
-                    remaining0, reset0 = gcra_quota(tat - at, tol, T)
-                else
-                    value = fmt('%s;%d', at_s, nxt - at)
-                end
-            end
-
-        elseif algo == 'l' then  -- an entry counts while at < ts + per: scores in (at - per, +inf)
-            local lim = ARGV[a + 2] + 0
-            local per = ARGV[a + 3] + 0
+        elseif algo == 'l' then
             local zset = KEYS[k]
             if not zset then
                 return redis.error_reply(ERR .. 'missing log key')
             end
             k = k + 1
-            local zexp
-            if v then
-                local ls, e = match(v, '^(%d+);?(%d*)')
-                if not last then
-                    if ls == last_time then
-                        last = prev
-                    else
-                        last = ls + 0
-                    end
-                end
-                if e ~= '' then
-                    zexp = e + 0
-                end
-            end
-            local lo = '(' .. fmt('%d', at - per)
-            local count = call('ZCOUNT', zset, lo, '+inf')
-            local first = 0  -- reset: until the oldest live entry leaves
-            if count > 0 then
-                first = call('ZRANGEBYSCORE', zset, lo, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2] + per - at
-            end
-            ok = count + cost <= lim
-            remaining = lim - count
-            if ok then
-                remaining = remaining - cost
-            elseif cost > lim then
-                admit_at = at + hz
-            else
-                admit_at = call('ZRANGEBYSCORE', zset, lo, '+inf', 'WITHSCORES', 'LIMIT', count + cost - lim - 1, 1)[2] + per
-            end
-            if count > 0 then
-                reset = first
-            elseif cost > 0 then
-                reset = per
-            else
-                reset = 0
-            end
-            if ok then
-                if soon then
-                    remaining0 = lim - count
-                    reset0 = first
-                else
-                    value = { zset, per, count, last, zexp, hz }
-                end
+            has_log = true
+            local per = ARGV[a + 3] + 0
+            local count
+            ok, remaining, reset, admit_at, count = check_log(zset, at, cost, soon, ARGV[a + 2] + 0, per, hz)
+            if ok and not soon then
+                value = { zset, v, count, per, hz }  -- for commit_log
             end
         else
             return redis.error_reply(ERR .. 'bad algorithm')
         end
-
         if soon then
-            local interval_ok_at = last + mi
-            if ok then
-                -- Quota is left but it is too soon: report the quota as it stands.
-                remaining = remaining0
-                reset = reset0
-                admit_at = interval_ok_at
-            elseif interval_ok_at > admit_at then
+            -- both constraints only loosen as time passes: the later instant meets both
+            if interval_ok_at > admit_at then
                 admit_at = interval_ok_at
             end
             ok = false
         end
 
-        out[no + 1] = remaining
-        out[no + 2] = reset + (at - now)  -- like retry_after, from the caller's clock
+        out[o + 1] = remaining
+        out[o + 2] = reset + (at - now)
         if ok then
-            out[no + 3] = 1
+            out[o + 3] = 1
         else
-            out[no + 3] = 0
+            out[o + 3] = 0
             allowed = 0
-            -- From the caller's clock, not the clamped `at` (decide.cpp does the same).
             if admit_at - now > retry_after then
                 retry_after = admit_at - now
             end
         end
-        no = no + 3
+        o = o + 3
         vals[j] = value
         a = a + 11
     end
     a = a + 1
-    c_hash, c_at, c_at_s, c_last_time, c_hash_exp, c_horizon, c_n, c_vals, c_a0 =
-        hash, at, at_s, last_time, vals[2], horizon, n, vals, a0
-    if later then
-        later[i] = { hash, at, at_s, last_time, vals[2], horizon, n, vals, a0 }
+    if pending then
+        pending[i] = { hash, at, at_s, e_s, horizon, n, has_log, vals, a0 }
     end
 end
 if a - 1 ~= #ARGV or k - 1 ~= #KEYS then
@@ -488,96 +470,38 @@ if allowed == 0 then
     return out  -- a denial writes nothing
 end
 
--- Commit ---------------------------------------------------------------------------------
+-- Commit each identifier -------------------------------------------------------------------
+-- vals[j + 2] holds tier j's new field (a log tier: commit_log's arguments); a0 is the
+-- ARGV index of the identifier's tier count. Each key then lives `horizon` (its longest)
+-- past max(at, clock): its expiry (ms) only grows, and when it must, with horizon / 8 of
+-- slack, so that a busy key is not extended on every request; "@e" remembers it.
 
--- Per identifier: `vals` holds the new field values (log tiers: what their commit needs);
--- a0 is the ARGV index of the identifier's tier count.
 for i = 1, nkeys do
-    local hash, at, at_s, last_time, hash_exp, horizon, n, vals, a0 =
-        c_hash, c_at, c_at_s, c_last_time, c_hash_exp, c_horizon, c_n, c_vals, c_a0
-    if later then
-        local c = later[i]
-        hash, at, at_s, last_time, hash_exp, horizon, n, vals, a0 = c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9]
+    if pending then
+        hash, at, at_s, e_s, horizon, n, has_log, vals, a0 = unpack(pending[i])
     end
-    if n > 0 then
-        -- TTLs cover `horizon` after max(at, clock)
+    if n > 0 then  -- a key without tiers is not written
         local from = at
         if clock > from then
             from = clock
         end
-        for j = 3, n + 2 do
-            local value = vals[j]
-            if ARGV[a0 + 11 * j - 32] == 'l' then
-                -- log: drop what left the window, add `cost` entries at `at`, extend the TTL
-                local zset, per, count, last, zexp, hz = value[1], value[2], value[3], value[4], value[5], value[6]
-                call('ZREMRANGEBYSCORE', zset, '-inf', fmt('%d', at - per))
-                if cost > 0 then
-                    -- entries at `at` exist only if this tier last admitted at `at`
-                    local seq = 0
-                    if not last or last == at then
-                        seq = call('ZCOUNT', zset, at_s, at_s)
-                    end
-                    if cost == 1 then
-                        call('ZADD', zset, at_s, at_s .. ':' .. fmt('%d', seq + 1))
-                    else
-                        local zadd = {}
-                        for i = 1, cost do
-                            zadd[2 * i - 1] = at_s
-                            zadd[2 * i] = at_s .. ':' .. fmt('%d', seq + i)
-                        end
-                        call('ZADD', zset, unpack(zadd))
-                    end
-                end
-                if count > 0 or cost > 0 then
-                    local need = floor((from + hz + 999) / 1000)
-                    local set = need + floor(hz / 8000)
-                    if count == 0 then
-                        -- emptied (ZREMRANGEBYSCORE) or absent, made anew by ZADD: no TTL
-                        call('PEXPIREAT', zset, set)
-                        zexp = set
-                    else
-                        if not zexp then
-                            -- written by an older version: PTTL tells (it runs after TIME)
-                            local pttl = call('PTTL', zset)
-                            if pttl >= 0 then
-                                zexp = floor(clock / 1000) + pttl
-                            end
-                        end
-                        if not zexp or zexp < need then
-                            call('PEXPIREAT', zset, set)
-                            zexp = set
-                        end
-                    end
-                end
-                if zexp then
-                    vals[j] = fmt('%s;%d', at_s, zexp)
-                else
-                    vals[j] = at_s
+        if has_log then
+            for j = 3, n + 2 do
+                if ARGV[a0 + 11 * j - 32] == 'l' then
+                    local c = vals[j]
+                    vals[j] = commit_log(c[1], c[2], c[3], c[4], c[5], at, at_s, from, cost)
                 end
             end
         end
-        local need = floor((from + horizon + 999) / 1000)
-        local e  -- a new "@e" (nil: unchanged)
-        local expire = false
-        if not last_time then
-            -- a new HASH (every commit writes "@t"): PEXPIREAT after HSET
-            e = need + floor(horizon / 8000)
-            expire = true
-        elseif not hash_exp then
-            -- written by an older version: PTTL tells (it runs after TIME)
-            local pttl = call('PTTL', hash)
-            e = floor(clock / 1000) + pttl
-            if pttl < 0 or e < need then
-                e = need + floor(horizon / 8000)
-                expire = true
-            end
-        elseif hash_exp + 0 < need then
-            e = need + floor(horizon / 8000)
-            expire = true
+        local e  -- a new "@e" (nil: the TTL is long enough)
+        local need = from + horizon + 999
+        need = (need - need % 1000) / 1000
+        if not e_s or e_s + 0 < need then
+            e = fmt('%d', need + (horizon - horizon % 8000) / 8000)
         end
-        if n == 1 and not e then
+        if not e and n == 1 then
             call('HSET', hash, '@t', at_s, ARGV[a0 + 11], vals[3])
-        elseif n == 2 and not e then
+        elseif not e and n == 2 then
             call('HSET', hash, '@t', at_s, ARGV[a0 + 11], vals[3], ARGV[a0 + 22], vals[4])
         else
             local hset = { '@t', at_s }
@@ -586,14 +510,13 @@ for i = 1, nkeys do
                 hset[2 * j + 2] = vals[j + 2]
             end
             if e then
-                e = fmt('%d', e)
                 hset[2 * n + 3] = '@e'
                 hset[2 * n + 4] = e
             end
             call('HSET', hash, unpack(hset))
-        end
-        if expire then
-            call('PEXPIREAT', hash, e)
+            if e then
+                call('PEXPIREAT', hash, e)  -- after HSET, which may have made the HASH
+            end
         end
     end
 end
