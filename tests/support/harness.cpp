@@ -60,6 +60,7 @@ void yaml_emit(const std::vector<yaml_node>& level, int indent, std::string& out
 }  // namespace
 
 std::string sluice_bin() {
+    if (const char* e = std::getenv("SLUICE_TEST_GATEWAY_BIN"); e && *e) return e;
 #ifdef SLUICE_BIN
     return SLUICE_BIN;
 #else
@@ -68,6 +69,7 @@ std::string sluice_bin() {
 }
 
 std::string upstream_bin() {
+    if (const char* e = std::getenv("SLUICE_TEST_UPSTREAM_BIN"); e && *e) return e;
 #ifdef SLUICE_UPSTREAM_BIN
     return SLUICE_UPSTREAM_BIN;
 #else

@@ -14,7 +14,9 @@ namespace sluice::test {
 
 using env_list = std::vector<std::pair<std::string, std::string>>;
 
-// Paths of the binaries under test (from SLUICE_BIN / SLUICE_UPSTREAM_BIN; throw if not built in).
+// Paths of the binaries under test: the environment variables SLUICE_TEST_GATEWAY_BIN /
+// SLUICE_TEST_UPSTREAM_BIN when set (to run the suite against another build, e.g. a baseline),
+// else the build's SLUICE_BIN / SLUICE_UPSTREAM_BIN; throw if neither is there.
 std::string sluice_bin();
 std::string upstream_bin();
 

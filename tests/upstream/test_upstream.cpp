@@ -17,9 +17,23 @@
 //   /status?code=C             status C, body "status C" (none for 1xx, 204, 304)
 //   /early-hints               103 Early Hints, then 200 "hinted"
 //   /upgrade                   101 + raw echo if the request has Upgrade, else 426
-//   /stats                     {"connections_accepted": N, "requests": M}
+//   /stats                     {"connections_accepted": N, "open_connections": O, "requests": M,
+//                               "desync_sent": D, "bodies_in_progress": B}: O connections are
+//                               open now; D /desync trailers were written; B request bodies are
+//                               being read now (their head has arrived, their end not yet)
 //   /response-headers          200 "ok" with hop-by-hop response headers
-// A request with "Expect: 100-continue" and a body gets "100 Continue" before its body is read.
+//   /desync?status=S&delay_ms=D   a misbehaving upstream: a complete response (status S, default
+//                               200: Content-Length 2, body "ok"; 204 and 304 and HEAD: no body),
+//                               then, D ms later (default 0: in the same write), the bytes of
+//                               another whole response that nobody asked for,
+//                               "HTTP/1.1 200 OK ... SECRET-FOR-SOMEONE-ELSE!" (desync_trailer).
+//                               The connection stays open.
+//   /early?code=C&close_ms=M   answers status C (default 413) with Connection: close as soon as
+//                               the request head is read, never reading the body; then
+//                               half-closes, waits M ms (default 0) and closes (with unread
+//                               input the kernel then sends a reset)
+// A request with "Expect: 100-continue" and a body gets "100 Continue" before its body is read
+// (except on /early).
 // HEAD gets the headers a GET would get (Content-Length included) and no body.
 
 #include <boost/asio.hpp>
@@ -60,9 +74,16 @@ constexpr std::size_t max_kept_body = 65536;
 constexpr std::size_t write_piece = 65536;
 constexpr std::size_t max_chunk_piece = 1024 * 1024;
 
+// What /desync sends after its own complete response: a whole response meant for nobody.
+constexpr std::string_view desync_trailer =
+    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 24\r\n\r\nSECRET-FOR-SOMEONE-ELSE!";
+
 struct server_stats {
     std::uint64_t connections_accepted = 0;
+    std::uint64_t open_connections = 0;
     std::uint64_t requests = 0;
+    std::uint64_t desync_sent = 0;
+    std::uint64_t bodies_in_progress = 0;
 };
 server_stats g_stats;  // only touched from the single io_context thread
 
@@ -126,8 +147,7 @@ private:
         version = ver;
     }
     void on_response_impl(int, beast::string_view, int, error_code&) override {}
-    void on_field_impl(http::field, beast::string_view name, beast::string_view value,
-                       error_code&) override {
+    void on_field_impl(http::field, beast::string_view name, beast::string_view value, error_code&) override {
         headers.emplace_back(std::string(name), std::string(value));
     }
     void on_header_impl(error_code&) override {}
@@ -200,7 +220,10 @@ void add_connection_header(header_list& h, bool keep_alive, int version) {
 
 class session : public std::enable_shared_from_this<session> {
 public:
-    session(tcp::socket sock, std::uint64_t id) : sock_(std::move(sock)), id_(id) {}
+    session(tcp::socket sock, std::uint64_t id) : sock_(std::move(sock)), id_(id) { ++g_stats.open_connections; }
+    ~session() { --g_stats.open_connections; }
+    session(const session&) = delete;
+    session& operator=(const session&) = delete;
 
     asio::awaitable<void> run() {
         try {
@@ -226,17 +249,23 @@ private:
             if (ec) co_return;
             // /stats itself is not counted, so tests can poll it for other requests.
             if (req.target.rfind("/stats", 0) != 0) ++g_stats.requests;
+            // Answered from the head alone: the body is never read.
+            if (req.target == "/early" || req.target.rfind("/early?", 0) == 0) {
+                co_await early_answer(req);
+                co_return;
+            }
 
             if (!req.is_done() && req.version >= 11) {
-                if (const auto* expect = req.find_header("Expect");
-                    expect && iequals(*expect, "100-continue")) {
+                if (const auto* expect = req.find_header("Expect"); expect && iequals(*expect, "100-continue")) {
                     static const std::string cont = "HTTP/1.1 100 Continue\r\n\r\n";
                     auto [wec, wn] = co_await asio::async_write(sock_, asio::buffer(cont), use_tuple);
                     if (wec) co_return;
                 }
             }
             if (!req.is_done()) {
+                ++g_stats.bodies_in_progress;
                 auto [rec, rn] = co_await http::async_read(sock_, buf_, req, use_tuple);
+                --g_stats.bodies_in_progress;
                 if (rec) co_return;
             }
 
@@ -289,23 +318,25 @@ private:
             auto code = q.get_u64("code", 0);
             if (code < 100 || code > 999)
                 co_return co_await write_simple(400, "text/plain", "bad code", req, head, keep);
-            co_return co_await write_simple(static_cast<int>(code), "text/plain",
-                                            "status " + std::to_string(code), req, head, keep);
+            co_return co_await write_simple(static_cast<int>(code), "text/plain", "status " + std::to_string(code), req,
+                                            head, keep);
         }
         if (path == "/early-hints") {
-            static const std::string hints =
-                "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n";
+            static const std::string hints = "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n";
             auto [wec, wn] = co_await asio::async_write(sock_, asio::buffer(hints), use_tuple);
             if (wec) co_return false;
             co_return co_await write_simple(200, "text/plain", "hinted", req, head, keep);
         }
         if (path == "/upgrade") co_return co_await upgrade(req, head, keep);
+        if (path == "/desync") co_return co_await desync(req, q, head);
         if (path == "/stats") {
             json::object o;
             o["connections_accepted"] = g_stats.connections_accepted;
+            o["open_connections"] = g_stats.open_connections;
             o["requests"] = g_stats.requests;
-            co_return co_await write_simple(200, "application/json", json::serialize(o), req, head,
-                                            keep);
+            o["desync_sent"] = g_stats.desync_sent;
+            o["bodies_in_progress"] = g_stats.bodies_in_progress;
+            co_return co_await write_simple(200, "application/json", json::serialize(o), req, head, keep);
         }
         if (path == "/response-headers") {
             header_list extra{{"Connection", keep ? "X-Secret, keep-alive" : "X-Secret, close"},
@@ -355,13 +386,12 @@ private:
         co_return co_await write_simple(200, "application/json", json::serialize(o), req, head, keep);
     }
 
-    asio::awaitable<bool> write_bytes(const request_reader& req, const query_params& q, bool head,
-                                      bool keep) {
+    asio::awaitable<bool> write_bytes(const request_reader& req, const query_params& q, bool head, bool keep) {
         const std::uint64_t total = q.get_u64("n", 0);
         // Chunked framing does not exist in HTTP/1.0; such clients get a Content-Length.
         const bool chunked = q.get("chunked") == std::optional<std::string>("1") && req.version >= 11;
-        const std::size_t piece = static_cast<std::size_t>(
-            std::clamp<std::uint64_t>(q.get_u64("piece", 16384), 1, max_chunk_piece));
+        const std::size_t piece =
+            static_cast<std::size_t>(std::clamp<std::uint64_t>(q.get_u64("piece", 16384), 1, max_chunk_piece));
         header_list h{{"Content-Type", "application/octet-stream"}};
         if (chunked)
             h.emplace_back("Transfer-Encoding", "chunked");
@@ -382,8 +412,8 @@ private:
                 if (chunked) {
                     char size_line[32];
                     int sl = std::snprintf(size_line, sizeof size_line, "%zx\r\n", len);
-                    std::array<asio::const_buffer, 3> bufs{asio::buffer(size_line, static_cast<std::size_t>(sl)),
-                                                           data, asio::buffer("\r\n", 2)};
+                    std::array<asio::const_buffer, 3> bufs{asio::buffer(size_line, static_cast<std::size_t>(sl)), data,
+                                                           asio::buffer("\r\n", 2)};
                     std::tie(wec, std::ignore) = co_await asio::async_write(sock_, bufs, use_tuple);
                 } else {
                     std::tie(wec, std::ignore) = co_await asio::async_write(sock_, data, use_tuple);
@@ -409,8 +439,8 @@ private:
             const std::string& p = pattern();
             for (std::uint64_t off = 0; off < total;) {
                 const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(write_piece, total - off));
-                auto [wec, wn] = co_await asio::async_write(sock_, asio::const_buffer(p.data() + off % 26, len),
-                                                           use_tuple);
+                auto [wec, wn] =
+                    co_await asio::async_write(sock_, asio::const_buffer(p.data() + off % 26, len), use_tuple);
                 if (wec) co_return false;
                 off += len;
             }
@@ -443,6 +473,61 @@ private:
         error_code ignored;
         sock_.shutdown(tcp::socket::shutdown_send, ignored);
         co_return false;
+    }
+
+    // A complete response, then (at once or after delay_ms) a second, unasked one.
+    asio::awaitable<bool> desync(const request_reader& req, const query_params& q, bool head) {
+        const auto status = q.get_u64("status", 200);
+        if (status < 200 || status > 999)
+            co_return co_await write_simple(400, "text/plain", "bad status", req, head, true);
+        const bool bodiless = status == 204 || status == 304;
+        header_list h;
+        if (!bodiless) {
+            h.emplace_back("Content-Type", "text/plain");
+            h.emplace_back("Content-Length", "2");
+        }
+        std::string out = format_head(static_cast<int>(status), h);
+        if (!bodiless && !head) out += "ok";
+        const auto delay = std::chrono::milliseconds(q.get_u64("delay_ms", 0));
+        if (delay.count() == 0) out += desync_trailer;
+        auto [ec, n] = co_await asio::async_write(sock_, asio::buffer(out), use_tuple);
+        if (ec) co_return false;
+        if (delay.count() > 0) {
+            asio::steady_timer timer(sock_.get_executor());
+            timer.expires_after(delay);
+            auto [tec] = co_await timer.async_wait(use_tuple);
+            (void)tec;
+            auto [wec, wn] = co_await asio::async_write(sock_, asio::buffer(desync_trailer), use_tuple);
+            if (wec) co_return false;
+        }
+        ++g_stats.desync_sent;
+        co_return true;
+    }
+
+    // Answers from the request head alone, never reading the body, then closes.
+    asio::awaitable<void> early_answer(const request_reader& req) {
+        std::string_view target = req.target;
+        auto qpos = target.find('?');
+        query_params q(qpos == std::string_view::npos ? std::string_view{} : target.substr(qpos + 1));
+        auto code = q.get_u64("code", 413);
+        if (code < 200 || code > 999) code = 400;
+        const std::string body = "early " + std::to_string(code);
+        std::string out = format_head(
+            static_cast<int>(code),
+            {{"Content-Type", "text/plain"}, {"Content-Length", std::to_string(body.size())}, {"Connection", "close"}});
+        out += body;
+        auto [ec, n] = co_await asio::async_write(sock_, asio::buffer(out), use_tuple);
+        error_code ignored;
+        sock_.shutdown(tcp::socket::shutdown_send, ignored);
+        if (!ec) {
+            if (auto ms = q.get_u64("close_ms", 0); ms > 0) {
+                asio::steady_timer timer(sock_.get_executor());
+                timer.expires_after(std::chrono::milliseconds(ms));
+                auto [tec] = co_await timer.async_wait(use_tuple);
+                (void)tec;
+            }
+        }
+        sock_.close(ignored);
     }
 
     // Half-close, then discard what the client still sends until it closes too (at most 2 s),
