@@ -105,8 +105,8 @@ awaitable<pump_result> relay::pump(Parser& p, tcp::socket& src, boost::beast::fl
 }
 
 template <class Parser>
-awaitable<pump_result> relay::fill(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
-                                   body_deadline& deadline, std::string& out, std::size_t limit) {
+awaitable<pump_result> relay::fill(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf, body_deadline& deadline,
+                                   std::string& out, std::size_t limit) {
     pump_result r;
     while (!p.is_done() && out.size() <= limit) {
         bool need_input = false;

@@ -230,8 +230,8 @@ awaitable<after> session::relay_response() {
                       : no_body                        ? http::body_sink::framing::none
                                                        : http::body_sink::framing::identity;
     req_.status = status;
-    auto r = co_await relay_.pump(rp, up_->socket, up_->buffer, cfg_->upstream.timeout, nullptr,
-                                  client_, cfg_->server.idle_timeout, out_);
+    auto r = co_await relay_.pump(rp, up_->socket, up_->buffer, cfg_->upstream.timeout, nullptr, client_,
+                                  cfg_->server.idle_timeout, out_);
     // Pooled again only when the response ended exactly at its framing, after the whole
     // request went out (pool::give_back also wants nothing more buffered).
     release_upstream(r.failed == proxy::pump_result::ok && rp.keep_alive() && !req_.early_answer);

@@ -44,12 +44,12 @@ struct request_state {
     identity::caller who;
     limit::outcome outcome;
     http::clock::time_point started{};
-    std::int64_t upstream_us = -1;            // request sent to response head; -1: not asked
-    unsigned status = 0;                      // the answer's status; 0 until one was chosen
-    bool open = false;                        // a request began and is not yet logged
-    bool early_answer = false;                // the upstream answered before taking the whole body
+    std::int64_t upstream_us = -1;       // request sent to response head; -1: not asked
+    unsigned status = 0;                 // the answer's status; 0 until one was chosen
+    bool open = false;                   // a request began and is not yet logged
+    bool early_answer = false;           // the upstream answered before taking the whole body
     proxy::body_deadline body_deadline;  // when the request body must have arrived
-    std::string body;                         // the request body read ahead (request_buffering)
+    std::string body;                    // the request body read ahead (request_buffering)
 
     void reset(std::size_t unmatched_slot);
 };

@@ -71,8 +71,8 @@ TEST_CASE("parse_duration accepts an integer with one unit") {
 }
 
 TEST_CASE("parse_duration rejects anything else") {
-    for (const char* s : {"", "10", "s", "ms", "1.5s", "-1s", "+1s", " 1s", "1s ", "1 s", "1S",
-                          "1sec", "1d", "1us", "1m30s", "1e3ms", "0x10s"}) {
+    for (const char* s : {"", "10", "s", "ms", "1.5s", "-1s", "+1s", " 1s", "1s ", "1 s", "1S", "1sec", "1d", "1us",
+                          "1m30s", "1e3ms", "0x10s"}) {
         CAPTURE(s);
         CHECK_FALSE(cfg::parse_duration(s).has_value());
     }
@@ -98,9 +98,8 @@ TEST_CASE("parse_size accepts bytes and binary units") {
 }
 
 TEST_CASE("parse_size rejects overflow, ambiguous units and malformed text") {
-    for (const char* s : {"18446744073709551616", "17179869184GiB", "99999999999999999999KiB",
-                          "", "KiB", "1.5MiB", "-1", "+1", "10KB", "10MB", "10GB", "10 KiB",
-                          "10kib", "10B", "10TiB", "0x10", " 10"}) {
+    for (const char* s : {"18446744073709551616", "17179869184GiB", "99999999999999999999KiB", "", "KiB", "1.5MiB",
+                          "-1", "+1", "10KB", "10MB", "10GB", "10 KiB", "10kib", "10B", "10TiB", "0x10", " 10"}) {
         CAPTURE(s);
         CHECK_FALSE(cfg::parse_size(s).has_value());
     }
@@ -128,11 +127,28 @@ TEST_CASE("parse_address accepts IPv4 and bracketed IPv6 literals") {
 }
 
 TEST_CASE("parse_address rejects names, bad ports and unbracketed IPv6") {
-    for (const char* s : {"1.2.3.4:65536", "1.2.3.4:99999999999999999999", "::1:80", "::1",
-                          "localhost:80", "1.2.3.4", "1.2.3.4:", ":80", "[::1]", "[::1]:",
-                          "[1.2.3.4]:80", "1.2.3:80", "256.0.0.1:80", "01.2.3.4:80",
-                          "1.2.3.4:+80", "1.2.3.4:-1", "1.2.3.4:80 ", "[::1]:80x", "", "[::1:80",
-                          "[]:80", "[::1]80"}) {
+    for (const char* s : {"1.2.3.4:65536",
+                          "1.2.3.4:99999999999999999999",
+                          "::1:80",
+                          "::1",
+                          "localhost:80",
+                          "1.2.3.4",
+                          "1.2.3.4:",
+                          ":80",
+                          "[::1]",
+                          "[::1]:",
+                          "[1.2.3.4]:80",
+                          "1.2.3:80",
+                          "256.0.0.1:80",
+                          "01.2.3.4:80",
+                          "1.2.3.4:+80",
+                          "1.2.3.4:-1",
+                          "1.2.3.4:80 ",
+                          "[::1]:80x",
+                          "",
+                          "[::1:80",
+                          "[]:80",
+                          "[::1]80"}) {
         CAPTURE(s);
         CHECK_FALSE(cfg::parse_address(s).has_value());
     }
@@ -182,11 +198,11 @@ TEST_CASE("parse_upstream_url splits host, port, base path and authority") {
 }
 
 TEST_CASE("parse_upstream_url rejects other schemes and extra parts") {
-    for (const char* s : {"https://h", "ftp://h", "http://", "http:///x", "http:h", "http://u@h",
-                          "http://u:p@h", "http://h?x=1", "http://h/?", "http://h#f",
-                          "http://h:0", "http://h:65536", "http://h:", "127.0.0.1:3000",
-                          "localhost:3000", "", "http://h h", "http://h%41", "http://[v1.x]/",
-                          "http://h!/", "http://[::1/"}) {
+    for (const char* s :
+         {"https://h",      "ftp://h",        "http://",        "http:///x",  "http:h",     "http://u@h",
+          "http://u:p@h",   "http://h?x=1",   "http://h/?",     "http://h#f", "http://h:0", "http://h:65536",
+          "http://h:",      "127.0.0.1:3000", "localhost:3000", "",           "http://h h", "http://h%41",
+          "http://[v1.x]/", "http://h!/",     "http://[::1/"}) {
         CAPTURE(s);
         CHECK_FALSE(cfg::parse_upstream_url(s).has_value());
     }
@@ -225,10 +241,26 @@ TEST_CASE("parse_cidr accepts networks and bare addresses") {
 }
 
 TEST_CASE("parse_cidr rejects host bits, long prefixes and malformed text") {
-    for (const char* s : {"10.1.2.3/8", "::1/64", "2001:db8::1/32", "10.0.0.0/33", "::/129",
-                          "10.0.0.0/", "10.0.0.0/-1", "10.0.0.0/+8", "10.0.0.0/8 ", " 10.0.0.0/8",
-                          "10.0.0/8", "256.0.0.0/8", "01.0.0.0/8", "localhost", "fe80::1%eth0",
-                          "fe80::%1/64", "10.0.0.0/8/8", "/8", "", "10.0.0.0/0x8",
+    for (const char* s : {"10.1.2.3/8",
+                          "::1/64",
+                          "2001:db8::1/32",
+                          "10.0.0.0/33",
+                          "::/129",
+                          "10.0.0.0/",
+                          "10.0.0.0/-1",
+                          "10.0.0.0/+8",
+                          "10.0.0.0/8 ",
+                          " 10.0.0.0/8",
+                          "10.0.0/8",
+                          "256.0.0.0/8",
+                          "01.0.0.0/8",
+                          "localhost",
+                          "fe80::1%eth0",
+                          "fe80::%1/64",
+                          "10.0.0.0/8/8",
+                          "/8",
+                          "",
+                          "10.0.0.0/0x8",
                           "10.0.0.0/99999999999999999999"}) {
         CAPTURE(s);
         CHECK_FALSE(cfg::parse_cidr(s).has_value());
@@ -257,10 +289,9 @@ TEST_CASE("parse_host_port accepts names, IPv4 and bracketed IPv6") {
 }
 
 TEST_CASE("parse_host_port rejects missing or out-of-range ports and bad hosts") {
-    for (const char* s : {"redis", "redis:", "redis:0", "redis:65536", "redis:99999999999999999999",
-                          ":6379", "::1:6379", "[::1]", "[::1]6379", "[redis]:6379", "[]:6379",
-                          "re dis:6379", "redis:+6379", "redis:6379 ", "redis:63x9", "",
-                          "redis:6379/0", "user@redis:6379"}) {
+    for (const char* s : {"redis", "redis:", "redis:0", "redis:65536", "redis:99999999999999999999", ":6379",
+                          "::1:6379", "[::1]", "[::1]6379", "[redis]:6379", "[]:6379", "re dis:6379", "redis:+6379",
+                          "redis:6379 ", "redis:63x9", "", "redis:6379/0", "user@redis:6379"}) {
         CAPTURE(s);
         CHECK_FALSE(cfg::parse_host_port(s).has_value());
     }
@@ -706,12 +737,13 @@ TEST_CASE("the shipped conf/sluice.yaml loads") {
 }
 
 TEST_CASE("routes: match.case_insensitive is a boolean, false by default") {
-    auto c = cfg::load_string("upstream: {url: 'http://h'}\n"
-                              "routes:\n"
-                              "  - {match: {path: /Login, case_insensitive: true}, policy: none}\n"
-                              "  - {match: {path: /a, case_insensitive: false}, policy: none}\n"
-                              "  - {match: {path_prefix: /}, policy: none}\n",
-                              "inline.yaml");
+    auto c = cfg::load_string(
+        "upstream: {url: 'http://h'}\n"
+        "routes:\n"
+        "  - {match: {path: /Login, case_insensitive: true}, policy: none}\n"
+        "  - {match: {path: /a, case_insensitive: false}, policy: none}\n"
+        "  - {match: {path_prefix: /}, policy: none}\n",
+        "inline.yaml");
     REQUIRE(c->routes.size() == 3);
     CHECK(c->routes[0].case_insensitive);
     CHECK(c->routes[0].path == "/Login");  // as written; the router lower-cases it

@@ -5,14 +5,14 @@
 #include "../support/harness.hpp"
 #include "../support/process.hpp"
 
+#include <doctest/doctest.h>
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
-#include <doctest/doctest.h>
 
 #include <fstream>
 #include <regex>
-#include <thread>
 #include <string>
+#include <thread>
 
 namespace sluice::test {
 
@@ -47,8 +47,8 @@ inline std::vector<std::pair<std::string, std::string>> echoed_headers(const boo
 
 inline std::string echoed(const boost::json::object& echo, std::string name) {
     for (auto& [n, v] : echoed_headers(echo)) {
-        if (n.size() == name.size() &&
-            std::equal(n.begin(), n.end(), name.begin(), [](char a, char b) { return std::tolower(a) == std::tolower(b); }))
+        if (n.size() == name.size() && std::equal(n.begin(), n.end(), name.begin(),
+                                                  [](char a, char b) { return std::tolower(a) == std::tolower(b); }))
             return v;
     }
     return "";

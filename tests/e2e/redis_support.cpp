@@ -21,9 +21,9 @@ std::uint16_t unused_port() {
 }
 
 redis_server::redis_server(std::uint16_t p) : port(p) {
-    proc = std::make_unique<process>(std::vector<std::string>{
-        "redis-server", "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-        "--maxmemory-policy", "noeviction"});
+    proc = std::make_unique<process>(std::vector<std::string>{"redis-server", "--port", std::to_string(port), "--bind",
+                                                              "127.0.0.1", "--save", "", "--appendonly", "no",
+                                                              "--maxmemory-policy", "noeviction"});
     proc->wait_for_line("Ready to accept connections");
 }
 

@@ -34,9 +34,10 @@ TEST_CASE("admin: /metrics counts requests by route and status class") {
     // The held connection (earlier fetch() connections may still be closing).
     CHECK(eventually_metric(f.gw->admin_port, "sluice_client_connections", 1) == 1);
     CHECK(metric_value(m, "sluice_upstream_idle_connections") >= 1);
-    for (const char* family : {"# TYPE sluice_requests_total counter", "# TYPE sluice_request_duration_seconds histogram",
-                               "# TYPE sluice_upstream_errors_total counter", "# TYPE sluice_client_connections gauge",
-                               "# TYPE sluice_upstream_idle_connections gauge"})
+    for (const char* family :
+         {"# TYPE sluice_requests_total counter", "# TYPE sluice_request_duration_seconds histogram",
+          "# TYPE sluice_upstream_errors_total counter", "# TYPE sluice_client_connections gauge",
+          "# TYPE sluice_upstream_idle_connections gauge"})
         CHECK_MESSAGE(m.find(family) != std::string::npos, family);
 }
 

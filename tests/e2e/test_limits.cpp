@@ -185,7 +185,7 @@ routes:
 )");
     for (int i = 0; i < 12; ++i) CHECK(f.get("/free").status == 200);
     CHECK(fetch(f.gw->port, "POST", "/heavy", {}, "x").status == 200);  // 5 of 10
-    auto light = f.get("/heavy");                                         // GET: the catch-all, cost 1
+    auto light = f.get("/heavy");                                       // GET: the catch-all, cost 1
     CHECK(light.status == 200);
     CHECK(light.header("RateLimit").rfind(R"("ip-1h";r=4;)", 0) == 0);
     auto heavy = fetch(f.gw->port, "POST", "/heavy", {}, "x");  // needs 5, has 4

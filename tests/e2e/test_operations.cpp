@@ -24,8 +24,8 @@ std::string read_file(const std::string& path) {
 }
 
 int reloads_ok(const gateway& gw) {
-    return static_cast<int>(metric_value(fetch(gw.admin_port, "GET", "/metrics").body,
-                                         R"(sluice_config_reloads_total{result="ok"})"));
+    return static_cast<int>(
+        metric_value(fetch(gw.admin_port, "GET", "/metrics").body, R"(sluice_config_reloads_total{result="ok"})"));
 }
 
 }  // namespace
@@ -69,9 +69,8 @@ TEST_CASE("POST /reload: valid, invalid (old config kept), restart-only keys rep
                        R"(sluice_config_reloads_total{result="error"})") == 1);
     CHECK(gw->proc->output().find("reload failed, keeping the running configuration") != std::string::npos);
 
-    write_file(gw->config_path,
-               gateway_yaml(up->port, {{"server.listen", "\"127.0.0.1:1\""}, {"server.threads", "3"}},
-                            limits_yaml(100, "legacy")));
+    write_file(gw->config_path, gateway_yaml(up->port, {{"server.listen", "\"127.0.0.1:1\""}, {"server.threads", "3"}},
+                                             limits_yaml(100, "legacy")));
     auto restart = fetch(gw->admin_port, "POST", "/reload");
     REQUIRE(restart.status == 200);
     auto restart_body = json_of(restart);

@@ -14,8 +14,9 @@ namespace {
 
 // A generous store timeout: on a loaded test machine a slow answer must not pass for an outage.
 std::string redis_yaml(std::uint16_t redis_port, const std::string& on_error, const std::string& tiers) {
-    return "store:\n  type: redis\n  on_error: " + on_error + "\n  redis: { nodes: [\"127.0.0.1:" +
-           std::to_string(redis_port) + "\"], timeout: 2s }\npolicies:\n  fleet:\n    ip: [ " + tiers +
+    return "store:\n  type: redis\n  on_error: " + on_error +
+           "\n  redis: { nodes: [\"127.0.0.1:" + std::to_string(redis_port) +
+           "\"], timeout: 2s }\npolicies:\n  fleet:\n    ip: [ " + tiers +
            " ]\nroutes:\n  - { match: { path_prefix: / }, policy: fleet }\n";
 }
 
@@ -68,8 +69,10 @@ TEST_CASE("fleet: three gateways on one Redis admit exactly the limit in every w
                         auto r = conn.read_response();
                         std::lock_guard lock(mu);
                         ++sent[window];
-                        if (r.status == 200) ++admitted[window];
-                        else if (r.status != 429) ++errors;
+                        if (r.status == 200)
+                            ++admitted[window];
+                        else if (r.status != 429)
+                            ++errors;
                     }
                 } catch (const std::exception&) {
                     ++errors;
@@ -102,7 +105,7 @@ TEST_CASE("fleet: Redis down and back, with on_error allow") {
     for (int i = 0; i < 20; ++i) {
         const auto start = steady_clock::now();
         auto r = fetch(f.gateways[i % 2]->port, "GET", "/gap");
-        CHECK(r.status == 200);              // fails open
+        CHECK(r.status == 200);  // fails open
         CHECK_FALSE(r.has_header("RateLimit"));
         // While disconnected a check fails at once: no request waits for the 2 s store timeout.
         CHECK(steady_clock::now() - start < milliseconds(1000));

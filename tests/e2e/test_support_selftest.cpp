@@ -285,7 +285,8 @@ TEST_CASE("process: wait_for_line, exit status, signals") {
     CHECK_FALSE(up->proc.running());
     up->proc.signal(SIGTERM);  // no-op once reaped
 
-    process sh({"/bin/sh", "-c", "echo one; echo \"two $SLUICE_SELFTEST\" >&2; exit 3"}, {{"SLUICE_SELFTEST", "env-ok"}});
+    process sh({"/bin/sh", "-c", "echo one; echo \"two $SLUICE_SELFTEST\" >&2; exit 3"},
+               {{"SLUICE_SELFTEST", "env-ok"}});
     CHECK(sh.wait_for_line("^two (.*)$").at(1) == "env-ok");
     CHECK_THROWS_AS(sh.wait_for_line("three"), std::runtime_error);  // output ends: throws at once
     CHECK(sh.wait_exit(5s) == 3);
@@ -300,25 +301,29 @@ TEST_CASE("process: wait_for_line, exit status, signals") {
 }
 
 TEST_CASE("gateway_yaml builds nested YAML with overrides") {
-    auto y = gateway_yaml(1234, {{"server.max_body_bytes", "1KiB"}, {"upstream.timeout", "200ms"}, {"server.threads", "1"},
-                                 {"limits.default.rate", "10"}},
+    auto y = gateway_yaml(1234,
+                          {{"server.max_body_bytes", "1KiB"},
+                           {"upstream.timeout", "200ms"},
+                           {"server.threads", "1"},
+                           {"limits.default.rate", "10"}},
                           "extra_section:\n  key: v\n");
-    CHECK(y == "server:\n"
-               "  listen: \"127.0.0.1:0\"\n"
-               "  threads: 1\n"
-               "  max_body_bytes: 1KiB\n"
-               "admin:\n"
-               "  listen: \"127.0.0.1:0\"\n"
-               "upstream:\n"
-               "  url: \"http://127.0.0.1:1234\"\n"
-               "  timeout: 200ms\n"
-               "log:\n"
-               "  level: info\n"
-               "limits:\n"
-               "  default:\n"
-               "    rate: 10\n"
-               "extra_section:\n"
-               "  key: v\n");
+    CHECK(y ==
+          "server:\n"
+          "  listen: \"127.0.0.1:0\"\n"
+          "  threads: 1\n"
+          "  max_body_bytes: 1KiB\n"
+          "admin:\n"
+          "  listen: \"127.0.0.1:0\"\n"
+          "upstream:\n"
+          "  url: \"http://127.0.0.1:1234\"\n"
+          "  timeout: 200ms\n"
+          "log:\n"
+          "  level: info\n"
+          "limits:\n"
+          "  default:\n"
+          "    rate: 10\n"
+          "extra_section:\n"
+          "  key: v\n");
     // no gateway binary in the self tests: launching it must fail cleanly
     if (!std::filesystem::exists(sluice_bin())) CHECK_THROWS_AS(start_gateway(y), std::runtime_error);
 }

@@ -1,8 +1,8 @@
 // Socket-free tests of the HTTP/1 parser: framing checks and body re-framing.
 #include "http/message.hpp"
 
-#include <boost/beast/http/error.hpp>
 #include <doctest/doctest.h>
+#include <boost/beast/http/error.hpp>
 
 #include <string>
 
@@ -76,8 +76,8 @@ TEST_CASE("the same request parsed byte by byte gives the same head") {
 TEST_CASE("Transfer-Encoding other than exactly chunked is refused") {
     for (const char* te : {"gzip, chunked", "chunked, identity", "identity", "xchunked", "chunked;q=1"}) {
         CAPTURE(te);
-        auto r = parse_request(std::string("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ") + te +
-                               "\r\n\r\n0\r\n\r\n");
+        auto r =
+            parse_request(std::string("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ") + te + "\r\n\r\n0\r\n\r\n");
         CHECK(r.ec);
         CHECK(r.framing == framing_error::transfer_encoding_not_chunked);
     }
@@ -113,14 +113,15 @@ TEST_CASE("a header over the limit is reported as header_limit") {
     std::string big(9000, 'a');
     auto r = parse_request("GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + big + "\r\n\r\n");
     CHECK(r.ec == bhttp::error::header_limit);
-    auto split = parse_request("GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + big + "\r\n\r\n",
-                               body_sink::framing::identity, 100);
+    auto split =
+        parse_request("GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + big + "\r\n\r\n", body_sink::framing::identity, 100);
     CHECK(split.ec == bhttp::error::header_limit);
 }
 
 TEST_CASE("a chunked body is re-framed for the next hop") {
-    std::string raw = "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-                      "3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nTrailer: t\r\n\r\n";
+    std::string raw =
+        "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nTrailer: t\r\n\r\n";
     SUBCASE("as identity bytes") {
         auto r = parse_request(raw, body_sink::framing::identity, 7);
         REQUIRE_FALSE(r.ec);

@@ -48,8 +48,8 @@ TEST_CASE("identity: normalize turns IPv4-mapped IPv6 into IPv4 and leaves the r
 }
 
 TEST_CASE("identity: cidr_set membership at prefix edges") {
-    const auto s = set_of({"10.0.0.0/8", "192.168.1.0/24", "203.0.113.5", "2001:db8::/32",
-                           "2001:db8:ffff:1::/64", "fe80::1/128"});
+    const auto s =
+        set_of({"10.0.0.0/8", "192.168.1.0/24", "203.0.113.5", "2001:db8::/32", "2001:db8:ffff:1::/64", "fe80::1/128"});
     CHECK(s.size() == 6);
     CHECK_FALSE(s.empty());
     CHECK(s.contains(ip("10.0.0.0")));
@@ -244,10 +244,10 @@ TEST_CASE("identity: hasher") {
     CHECK_FALSE(plain.keyed());
 
     const auto k = keyed.hash("ip", "1.2.3.4");
-    CHECK(k == keyed.hash("ip", "1.2.3.4"));             // stable
-    CHECK(k != plain.hash("ip", "1.2.3.4"));             // keyed vs unkeyed
-    CHECK(k != other.hash("ip", "1.2.3.4"));             // per secret
-    CHECK(k != keyed.hash("user", "1.2.3.4"));           // per kind
+    CHECK(k == keyed.hash("ip", "1.2.3.4"));    // stable
+    CHECK(k != plain.hash("ip", "1.2.3.4"));    // keyed vs unkeyed
+    CHECK(k != other.hash("ip", "1.2.3.4"));    // per secret
+    CHECK(k != keyed.hash("user", "1.2.3.4"));  // per kind
     CHECK(k != keyed.hash("ip", "1.2.3.5"));
     CHECK(hasher::to_hex(k).size() == 32);
     CHECK(hasher::to_hex(k).find_first_not_of("0123456789abcdef") == std::string::npos);
@@ -291,6 +291,6 @@ TEST_CASE("identity: hasher") {
     for (int i = 0; i < n; ++i) sink += plain.hash("ip", "203.0.113.9")[0];
     const auto t2 = std::chrono::steady_clock::now();
     auto us = [](auto d) { return std::chrono::duration<double, std::micro>(d).count() / n; };
-    MESSAGE("hasher: keyed " << us(t1 - t0) << " us/hash, unkeyed " << us(t2 - t1) << " us/hash (sink "
-                             << int(sink) << ")");
+    MESSAGE("hasher: keyed " << us(t1 - t0) << " us/hash, unkeyed " << us(t2 - t1) << " us/hash (sink " << int(sink)
+                             << ")");
 }

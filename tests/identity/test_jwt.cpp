@@ -1,6 +1,6 @@
 // Tests of identity/jwt.hpp and identity/user.hpp, with tokens made by libjwt itself.
-#include "identity/jwt.hpp"
 #include "identity/hasher.hpp"
+#include "identity/jwt.hpp"
 #include "identity/user.hpp"
 
 #include <doctest/doctest.h>
@@ -112,8 +112,7 @@ std::string make_token(jwt_alg_t alg, const std::string& key, const claims& c) {
     for (const auto& [k, v] : c.str) REQUIRE(jwt_add_grant(j, k.c_str(), v.c_str()) == 0);
     for (const auto& [k, v] : c.num) REQUIRE(jwt_add_grant_int(j, k.c_str(), v) == 0);
     if (!c.json.empty()) REQUIRE(jwt_add_grants_json(j, c.json.c_str()) == 0);
-    REQUIRE(jwt_set_alg(j, alg, reinterpret_cast<const unsigned char*>(key.data()),
-                        static_cast<int>(key.size())) == 0);
+    REQUIRE(jwt_set_alg(j, alg, reinterpret_cast<const unsigned char*>(key.data()), static_cast<int>(key.size())) == 0);
     char* s = jwt_encode_str(j);
     REQUIRE(s != nullptr);
     std::string out(s);
@@ -301,8 +300,8 @@ TEST_CASE("identity: jwt pins the algorithm libjwt used to the one we read") {
     auto sign = [](const EVP_MD* md, const std::string& input) {
         unsigned char mac[EVP_MAX_MD_SIZE];
         unsigned len = 0;
-        HMAC(md, secret.data(), static_cast<int>(secret.size()),
-             reinterpret_cast<const unsigned char*>(input.data()), input.size(), mac, &len);
+        HMAC(md, secret.data(), static_cast<int>(secret.size()), reinterpret_cast<const unsigned char*>(input.data()),
+             input.size(), mac, &len);
         return b64url(std::string_view(reinterpret_cast<const char*>(mac), len));
     };
     const auto body = b64url(R"({"sub":"admin"})");
@@ -395,13 +394,13 @@ TEST_CASE("identity: jwt rejects malformed tokens") {
     const auto d1 = token.find('.');
     CHECK(check(v, "a.b").reason == "malformed token");
     CHECK(check(v, "a.b.c.d").reason == "malformed token");
-    CHECK(check(v, "!!!." + token.substr(d1 + 1)).reason == "malformed token");  // bad base64
+    CHECK(check(v, "!!!." + token.substr(d1 + 1)).reason == "malformed token");                 // bad base64
     CHECK(check(v, token.substr(0, d1) + "=" + token.substr(d1)).reason == "malformed token");  // padding
     CHECK(check(v, token + "!").reason == "malformed token");
     CHECK(check(v, b64url("not json") + token.substr(d1)).reason == "malformed token");
     CHECK(check(v, b64url("[1,2]") + token.substr(d1)).reason == "malformed token");
-    CHECK(check(v, token.substr(0, d1) + "." + b64url("{\"sub\":") + token.substr(token.rfind('.')))
-              .reason == "malformed token");
+    CHECK(check(v, token.substr(0, d1) + "." + b64url("{\"sub\":") + token.substr(token.rfind('.'))).reason ==
+          "malformed token");
     CHECK(check(v, std::string(9000, 'a')).reason == "malformed token");
     const auto r = check(v, "..");
     CHECK(r.status == status::invalid);
@@ -411,19 +410,18 @@ TEST_CASE("identity: jwt rejects malformed tokens") {
 TEST_CASE("identity: jwt constructor errors") {
     auto& k = test_keys();
     auto no_env = [](const char*) -> const char* { return nullptr; };
-    CHECK_THROWS_WITH_AS(jwt_verifier(cfg({"HS256"}), no_env),
-                         doctest::Contains("JWT_SECRET"), std::runtime_error);
+    CHECK_THROWS_WITH_AS(jwt_verifier(cfg({"HS256"}), no_env), doctest::Contains("JWT_SECRET"), std::runtime_error);
     CHECK_THROWS_AS(jwt_verifier(cfg({"HS256"}), env_with("")), std::runtime_error);
     CHECK_THROWS_WITH_AS(jwt_verifier(cfg({"RS256"}, (test_keys().dir / "missing.pem").string())),
                          doctest::Contains("cannot read"), std::runtime_error);
     CHECK_THROWS_AS(jwt_verifier(cfg({"RS256"}, "")), std::runtime_error);
-    CHECK_THROWS_WITH_AS(jwt_verifier(cfg({"RS256"}, k.garbage_file)),
-                         doctest::Contains("not a PEM public key"), std::runtime_error);
+    CHECK_THROWS_WITH_AS(jwt_verifier(cfg({"RS256"}, k.garbage_file)), doctest::Contains("not a PEM public key"),
+                         std::runtime_error);
     CHECK_THROWS_AS(jwt_verifier(cfg({"RS256"}, k.rsa_priv_file)), std::runtime_error);
-    CHECK_THROWS_WITH_AS(jwt_verifier(cfg({"RS256"}, k.ec_pub_file)),
-                         doctest::Contains("not an RSA key"), std::runtime_error);
-    CHECK_THROWS_WITH_AS(jwt_verifier(cfg({"ES256"}, k.rsa_pub_file)),
-                         doctest::Contains("not an EC P-256 key"), std::runtime_error);
+    CHECK_THROWS_WITH_AS(jwt_verifier(cfg({"RS256"}, k.ec_pub_file)), doctest::Contains("not an RSA key"),
+                         std::runtime_error);
+    CHECK_THROWS_WITH_AS(jwt_verifier(cfg({"ES256"}, k.rsa_pub_file)), doctest::Contains("not an EC P-256 key"),
+                         std::runtime_error);
     CHECK_THROWS_AS(jwt_verifier(cfg({"RS256", "ES256"}, k.rsa_pub_file)), std::runtime_error);
     CHECK_THROWS_AS(jwt_verifier(cfg({"HS1"}), env_with(secret)), std::runtime_error);
     CHECK_THROWS_AS(jwt_verifier(cfg({}), env_with(secret)), std::runtime_error);

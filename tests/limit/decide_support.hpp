@@ -51,16 +51,13 @@ inline tier_spec as_user(tier_spec s) {
     return s;
 }
 
-
 inline config::tier_config to_config(const tier_spec& s) {
     config::tier_config c;
     c.kind = s.kind;
     c.limit = s.limit;
     c.per = config::duration{s.per_ms};
     c.algo = s.algo;
-    c.precision = config::duration{s.algo == algorithm::fixed ? s.per_ms
-                                   : s.algo == algorithm::sliding ? s.param
-                                                                  : 0};
+    c.precision = config::duration{s.algo == algorithm::fixed ? s.per_ms : s.algo == algorithm::sliding ? s.param : 0};
     c.burst = s.algo == algorithm::gcra ? s.param : 0;
     c.min_interval = config::duration{s.min_interval_ms};
     // Unique within a test even for tiers that differ only in limit or min_interval.
@@ -111,8 +108,7 @@ inline std::string retry_problem(const std::vector<key*>& keys, usec now, std::i
     if (retry <= 0) return "retry_after " + std::to_string(retry) + " is not positive";
     if (!admits_on_copy(keys, now + retry, cost)) p += "denied at now + retry_after; ";
     if (admits_on_copy(keys, now + retry - 1, cost)) p += "admitted 1us before now + retry_after; ";
-    if (retry % MS == 0 && admits_on_copy(keys, now + retry - MS, cost))
-        p += "admitted 1ms before now + retry_after; ";
+    if (retry % MS == 0 && admits_on_copy(keys, now + retry - MS, cost)) p += "admitted 1ms before now + retry_after; ";
     return p;
 }
 inline std::string retry_problem(key& k, usec now, std::int64_t cost, usec retry) {

@@ -251,8 +251,8 @@ TEST_CASE("log: exact rolling window - a request of cost c adds c entries") {
     // At t0 + 1 s both entries of t0 are gone (an entry counts while now < ts + per).
     d = expect_allowed(k, t0 + SEC, 2);
     CHECK(d.tiers[0].remaining == 0);
-    CHECK(state_of(k, 0).data == std::vector<std::int64_t>{t0 + 300 * MS, t0 + 300 * MS, t0 + 300 * MS,
-                                                           t0 + SEC, t0 + SEC});
+    CHECK(state_of(k, 0).data ==
+          std::vector<std::int64_t>{t0 + 300 * MS, t0 + 300 * MS, t0 + 300 * MS, t0 + SEC, t0 + SEC});
     // Exact to the microsecond, unlike sliding's bucket granularity.
     expect_denied(k, t0 + 1300 * MS - 1, 1, 1);
     expect_allowed(k, t0 + 1300 * MS, 3);
@@ -681,13 +681,13 @@ struct ref_tier {
     algorithm algo;
     std::int64_t limit;
     usec per, mi;
-    usec bucket = 0;      // fixed: per; sliding: precision
-    std::int64_t n = 1;   // sliding: per / precision
-    usec T = 0;           // gcra: ceil(per / limit)
+    usec bucket = 0;     // fixed: per; sliding: precision
+    std::int64_t n = 1;  // sliding: per / precision
+    usec T = 0;          // gcra: ceil(per / limit)
     std::int64_t burst = 0;
     std::vector<std::pair<usec, std::int64_t>> hist;  // admitted (instant, cost), in order
-    usec debt = 0, debt_time = no_time;  // gcra: µs of debt at debt_time, draining 1 per µs
-    usec last = no_time;                 // the last admission
+    usec debt = 0, debt_time = no_time;               // gcra: µs of debt at debt_time, draining 1 per µs
+    usec last = no_time;                              // the last admission
 
     explicit ref_tier(const tier_spec& s)
         : algo(s.algo), limit(s.limit), per(s.per_ms * MS), mi(s.min_interval_ms * MS) {
@@ -836,7 +836,9 @@ void run_property(const std::vector<std::vector<tier_spec>>& key_specs, std::uin
                   double key0_only = 0.0) {
     CAPTURE(seed);
     std::mt19937_64 rng(seed);
-    auto uni = [&](std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng); };
+    auto uni = [&](std::int64_t lo, std::int64_t hi) {
+        return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+    };
 
     std::vector<key> keys;
     std::vector<ref_key> refs;
@@ -1007,11 +1009,11 @@ void run_property(const std::vector<std::vector<tier_spec>>& key_specs, std::uin
         for (const auto& s : key_specs[i]) check_guarantee(s, admitted[i]);
     }
     // The run was not vacuous.
-    INFO("admitted " << n_admitted << ", denied " << n_denied << ", clamped " << n_clamped
-                     << ", at a retry instant " << n_edge_retries);
+    INFO("admitted " << n_admitted << ", denied " << n_denied << ", clamped " << n_clamped << ", at a retry instant "
+                     << n_edge_retries);
     if (std::getenv("SLUICE_DECIDE_VERBOSE"))
-        MESSAGE("seed " << seed << ": admitted " << n_admitted << ", denied " << n_denied << ", clamped "
-                        << n_clamped << ", at a retry instant " << n_edge_retries);
+        MESSAGE("seed " << seed << ": admitted " << n_admitted << ", denied " << n_denied << ", clamped " << n_clamped
+                        << ", at a retry instant " << n_edge_retries);
     CHECK(n_admitted >= steps / 10);
     CHECK(n_denied >= steps / 10);
     CHECK(n_clamped > 0);

@@ -1,8 +1,8 @@
 // Header rewriting for both hops, without sockets.
 #include "proxy/headers.hpp"
 
-#include <boost/beast/http/error.hpp>
 #include <doctest/doctest.h>
+#include <boost/beast/http/error.hpp>
 
 using namespace sluice;
 namespace bhttp = boost::beast::http;
@@ -40,8 +40,8 @@ TEST_CASE("hop-by-hop fields are dropped before the forwarding fields are added"
     CHECK(out.rfind("GET /x HTTP/1.1\r\n", 0) == 0);
     CHECK(contains(out, "Host: api.example\r\n"));
     CHECK(contains(out, "X-Kept: yes\r\n"));
-    for (const char* gone : {"Connection", "X-Secret", "Keep-Alive", "TE:", "Trailer", "Proxy-", "https", "1.2.3.4",
-                             "1.1 lb"})
+    for (const char* gone :
+         {"Connection", "X-Secret", "Keep-Alive", "TE:", "Trailer", "Proxy-", "https", "1.2.3.4", "1.1 lb"})
         CHECK_MESSAGE(!contains(out, gone), gone);
     // Naming them in Connection removed the client's copies, never Sluice's own.
     CHECK(contains(out, "X-Forwarded-For: 10.0.0.7\r\n"));

@@ -60,10 +60,9 @@ private:
 TEST_CASE("route: no spelling of /login walks around its route") {
     const fixture f({exact("login", "/login"), prefix("all", "/")});
     for (std::string_view raw :
-         {"/login", "//login", "/./login", "/a/../login", "/%6Cogin", "/log%69n", "/login/",
-          "/login;a", "/login//", "/login/.", "/%2e%2e/login", "/a/..;x/login", "/;x/login",
-          "/login;jsessionid=1", "/login?x=1", "http://example.com/login",
-          "http://example.com//a/%2E%2E/login/?q"}) {
+         {"/login", "//login", "/./login", "/a/../login", "/%6Cogin", "/log%69n", "/login/", "/login;a", "/login//",
+          "/login/.", "/%2e%2e/login", "/a/..;x/login", "/;x/login", "/login;jsessionid=1", "/login?x=1",
+          "http://example.com/login", "http://example.com//a/%2E%2E/login/?q"}) {
         CAPTURE(raw);
         CHECK(f.match("GET", raw) == "login");
     }
@@ -72,8 +71,8 @@ TEST_CASE("route: no spelling of /login walks around its route") {
         CHECK(f.match("GET", raw).starts_with("refused: "));
     }
     // Not /login: the catch-all.
-    for (std::string_view raw : {"/loginx", "/login/x", "/login//x", "/LOGIN", "/login%3B", "/logi",
-                                 "/login%2e", "/login."}) {
+    for (std::string_view raw :
+         {"/loginx", "/login/x", "/login//x", "/LOGIN", "/login%3B", "/logi", "/login%2e", "/login."}) {
         CAPTURE(raw);
         CHECK(f.match("GET", raw) == "all");
     }
@@ -151,8 +150,7 @@ TEST_CASE("route: a Host header's port and IPv6 brackets") {
 TEST_CASE("route: asterisk-form only reaches catch-all routes") {
     auto options_only = prefix("options", "/");
     options_only.methods = {"OPTIONS"};
-    const fixture f({exact("login", "/login"), prefix("api", "/api"), options_only,
-                     prefix("all", "/")});
+    const fixture f({exact("login", "/login"), prefix("api", "/api"), options_only, prefix("all", "/")});
     CHECK(f.match("OPTIONS", "*") == "options");
     CHECK(f.match("GET", "*") == "refused: asterisk-form target is only allowed with OPTIONS");
     const fixture narrow({exact("login", "/login"), prefix("api", "/api"), exact("root", "/")});
@@ -228,8 +226,9 @@ TEST_CASE("routes: a route's path must already be in normalised form, or the rou
           R"(inline.yaml:4:19: routes[0].match.path: "/%c3%a9" is not a normalised path (did you mean "/%C3%A9"?))");
     CHECK(route_error("{path: /login;a}") ==
           R"(inline.yaml:4:19: routes[0].match.path: "/login;a" is not a normalised path (did you mean "/login"?))");
-    CHECK(route_error("{path_prefix: /api/.}") ==
-          R"(inline.yaml:4:26: routes[0].match.path_prefix: "/api/." is not a normalised path (did you mean "/api/"?))");
+    CHECK(
+        route_error("{path_prefix: /api/.}") ==
+        R"(inline.yaml:4:26: routes[0].match.path_prefix: "/api/." is not a normalised path (did you mean "/api/"?))");
     CHECK(route_error("{path_prefix: //}") ==
           R"(inline.yaml:4:26: routes[0].match.path_prefix: "//" is not a normalised path (did you mean "/"?))");
     CHECK(route_error("{path: /a%2Fb}") ==
@@ -238,11 +237,12 @@ TEST_CASE("routes: a route's path must already be in normalised form, or the rou
           R"(inline.yaml:4:19: routes[0].match.path: "/a%zz" is not a valid path: invalid percent-encoding in path)");
     CHECK(route_error("{path: '/a\\b'}") ==
           R"(inline.yaml:4:19: routes[0].match.path: "/a\b" is not a valid path: backslash in path)");
-    CHECK(route_error("{path: /é}") ==
-          R"(inline.yaml:4:19: routes[0].match.path: "/é" is not a valid path: control, space or non-ASCII byte in path)");
+    CHECK(
+        route_error("{path: /é}") ==
+        R"(inline.yaml:4:19: routes[0].match.path: "/é" is not a valid path: control, space or non-ASCII byte in path)");
     // Already normalised: accepted as written.
-    for (const char* ok : {"{path: /}", "{path: /login/}", "{path: /a/.b/c..}", "{path: /%C3%A9}",
-                           "{path: '/a%3Bb'}", "{path_prefix: /api}", "{path: /Login}"}) {
+    for (const char* ok : {"{path: /}", "{path: /login/}", "{path: /a/.b/c..}", "{path: /%C3%A9}", "{path: '/a%3Bb'}",
+                           "{path_prefix: /api}", "{path: /Login}"}) {
         CAPTURE(ok);
         CHECK(route_error(ok) == "<no error>");
     }

@@ -228,8 +228,8 @@ TEST_CASE("route: the query is kept as received") {
         {"/?", "/", "", "?"},
         {"/a?b?c", "/a", "", "?b?c"},
         {"//a/./b?%zz%00%2e", "/a/b", "", "?%zz%00%2e"},
-        {"/a?\xc3\xa9", "/a", "", "?\xc3\xa9"},     // Beast accepts obs-text here
-        {"/a?x#y", "/a", "", "?x#y"},               // not routed on: forwarded as is
+        {"/a?\xc3\xa9", "/a", "", "?\xc3\xa9"},  // Beast accepts obs-text here
+        {"/a?x#y", "/a", "", "?x#y"},            // not routed on: forwarded as is
         {"/a;p?q;r", "/a;p", "/a", "?q;r"},
         {"/a?/../b", "/a", "", "?/../b"},
     };
@@ -242,8 +242,7 @@ TEST_CASE("route: absolute-form targets are routed by their authority") {
     };
     const absolute_case table[] = {
         {"http://example.com/login", "example.com", "example.com", "/login", ""},
-        {"http://Example.COM:8080//a/../login?q=1", "example.com", "Example.COM:8080", "/login",
-         "?q=1"},
+        {"http://Example.COM:8080//a/../login?q=1", "example.com", "Example.COM:8080", "/login", "?q=1"},
         {"HTTP://example.com", "example.com", "example.com", "/", ""},
         {"http://example.com?x", "example.com", "example.com", "/", "?x"},
         {"https://example.com/%6Cogin", "example.com", "example.com", "/login", ""},
@@ -328,8 +327,9 @@ TEST_CASE("route: asterisk-form only with OPTIONS, authority-form with CONNECT")
 
 TEST_CASE("route: a request_target is reused without reallocating") {
     rt::request_target t;
-    REQUIRE(rt::parse_target("GET", "http://Example.com:81/a/long/enough/path/to/defeat/sso"
-                                    "/buffers;p?query=long-enough-too-for-the-buffer",
+    REQUIRE(rt::parse_target("GET",
+                             "http://Example.com:81/a/long/enough/path/to/defeat/sso"
+                             "/buffers;p?query=long-enough-too-for-the-buffer",
                              t) == nullptr);
     const char* path_data = t.path.data();
     const char* match_data = t.match_path.data();

@@ -3,13 +3,13 @@
 #include "store/redis_connection.hpp"
 #include "store/redis_store.hpp"
 
+#include <doctest/doctest.h>
+#include <hiredis/hiredis.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <doctest/doctest.h>
-#include <hiredis/hiredis.h>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -73,11 +73,12 @@ struct sync_client {
         }
         auto* r = static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(a.size()), a.data(), l.data()));
         if (!r) return "";
-        std::string out = r->type == REDIS_REPLY_INTEGER ? std::to_string(r->integer)
-                          : r->str                        ? std::string(r->str, r->len)
-                          : r->type == REDIS_REPLY_ARRAY && r->elements == 1 && r->element[0]->type == REDIS_REPLY_INTEGER
-                              ? std::to_string(r->element[0]->integer)
-                              : "";
+        std::string out =
+            r->type == REDIS_REPLY_INTEGER ? std::to_string(r->integer)
+            : r->str                       ? std::string(r->str, r->len)
+            : r->type == REDIS_REPLY_ARRAY && r->elements == 1 && r->element[0]->type == REDIS_REPLY_INTEGER
+                ? std::to_string(r->element[0]->integer)
+                : "";
         freeReplyObject(r);
         return out;
     }
@@ -96,8 +97,9 @@ public:
     void start() {
         REQUIRE(pid_ < 0);
         std::string port = std::to_string(port_);
-        std::vector<std::string> args{redis_bin, "--port", port, "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no", "--enable-debug-command", "local"};
+        std::vector<std::string> args{redis_bin, "--port", port,           "--bind", "127.0.0.1",
+                                      "--save",  "",       "--appendonly", "no",     "--enable-debug-command",
+                                      "local"};
         args.insert(args.end(), extra_.begin(), extra_.end());
         pid_ = ::fork();
         REQUIRE(pid_ >= 0);
@@ -216,36 +218,43 @@ TEST_CASE("concurrent calls are pipelined and each gets its own reply") {
     auto conn = redis_connection::create(ioc.get_executor(), options_for(server.port(), 1s), counters);
     conn->start();
 
-    run(ioc, [&]() -> asio::awaitable<void> {
-        REQUIRE(co_await eventually([&] { return conn->ready(); }, 2s));
-        CHECK(conn->script_sha().size() == 40);
-        constexpr int n = 300;
-        std::vector<std::string> got(n);
-        int finished = 0;
-        for (int i = 0; i < n; ++i) {
-            auto one = [](std::shared_ptr<redis_connection> c, int i, std::string* out,
-                          int* finished) -> asio::awaitable<void> {
-                // Odd ones by EVALSHA of the loaded script, even ones by EVAL.
-                std::vector<std::string> argv =
+    run(ioc,
+        [&]() -> asio::
+                  awaitable<void> {
+                      REQUIRE(co_await eventually([&] { return conn->ready(); }, 2s));
+                      CHECK(conn->script_sha().size() == 40);
+                      constexpr int n = 300;
+                      std::vector<std::string> got(n);
+                      int finished = 0;
+                      for (int i = 0; i < n; ++i) {
+                          auto one = [](std::shared_ptr<redis_connection> c,
+                                        int i, std::string* out, int* finished) -> asio::
+                                                                                    awaitable<void> {
+                                                                                        // Odd ones by EVALSHA of the
+                                                                                        // loaded script, even ones by
+                                                                                        // EVAL.
+                                                                                        std::vector<std::string> argv =
                     i % 2 ? std::vector<std::string>{"EVALSHA", c->script_sha(), "0", std::to_string(i)}
                           : std::vector<std::string>{"EVAL", "return ARGV[1]", "0", std::to_string(i)};
-                auto r = co_await c->call(std::move(argv), i % 2 == 1);
-                *out = text(r);
-                ++*finished;
-            };
-            asio::co_spawn(ioc, one(conn, i, &got[i], &finished), logged);
-        }
-        CHECK(co_await eventually([&] { return finished == n; }, 5s));
-        for (int i = 0; i < n; ++i) CHECK(got[i] == std::to_string(i));
-        const auto commands = counters->commands.get();
-        const auto writes = counters->writes.get();
-        MESSAGE("commands " << commands << " in writes " << writes);
-        CHECK(commands >= n);
-        CHECK(commands > writes);
-        CHECK(commands / writes > 1);
-        CHECK(counters->timeouts.get() == 0);
-        conn->stop();
-    });
+                                                                                        auto r = co_await c->call(
+                                                                                            std::move(argv),
+                                                                                            i % 2 == 1);
+                                                                                        *out = text(r);
+                                                                                        ++*finished;
+                                                                                    };
+                          asio::co_spawn(ioc, one(conn, i, &got[i], &finished), logged);
+                      }
+                      CHECK(co_await eventually([&] { return finished == n; }, 5s));
+                      for (int i = 0; i < n; ++i) CHECK(got[i] == std::to_string(i));
+                      const auto commands = counters->commands.get();
+                      const auto writes = counters->writes.get();
+                      MESSAGE("commands " << commands << " in writes " << writes);
+                      CHECK(commands >= n);
+                      CHECK(commands > writes);
+                      CHECK(commands / writes > 1);
+                      CHECK(counters->timeouts.get() == 0);
+                      conn->stop();
+                  });
     CHECK_FALSE(conn->ready());
 }
 

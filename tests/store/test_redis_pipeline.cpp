@@ -252,7 +252,7 @@ TEST_CASE("NOSCRIPT: a resend written after the reload is not preceded by anothe
     f.take();
     CHECK(f.p.on_reply(resp(noscript)).reload_queued);
     CHECK(f.take() == cmd("SCRIPT", "LOAD") + cmd("GET", "e1"));  // written before e2's reply
-    auto ev = f.p.on_reply(resp(noscript));  // e2 was written before the reload
+    auto ev = f.p.on_reply(resp(noscript));                       // e2 was written before the reload
     CHECK(ev.what == kind::resent);
     CHECK_FALSE(ev.reload_queued);  // the reload in flight runs before e2's resend
     CHECK(f.take() == cmd("GET", "e2"));
@@ -268,7 +268,7 @@ TEST_CASE("NOSCRIPT: resends are bounded, then the error is the answer") {
     CHECK(f.p.on_reply(resp(noscript)).what == kind::resent);  // first resend
     f.take();
     CHECK(f.p.on_reply(resp("-ERR load failed\r\n")).what == kind::discarded);  // its reload
-    CHECK(f.p.on_reply(resp(noscript)).what == kind::resent);  // second resend
+    CHECK(f.p.on_reply(resp(noscript)).what == kind::resent);                   // second resend
     f.take();
     CHECK(f.p.on_reply(resp("-ERR load failed\r\n")).what == kind::discarded);
     auto ev = f.p.on_reply(resp(noscript));

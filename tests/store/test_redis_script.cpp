@@ -11,8 +11,8 @@
 
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <hiredis/hiredis.h>
+#include <algorithm>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -37,8 +37,8 @@
 namespace {
 
 using namespace sluice;
-using limit::usec;
 using config::algorithm;
+using limit::usec;
 namespace rs = store::redis_script;
 
 constexpr usec MS = 1000;
@@ -70,7 +70,8 @@ limit::tier make_tier(algorithm algo, std::int64_t limit, std::int64_t per_ms, s
     c.precision = config::duration{algo == algorithm::fixed ? per_ms : algo == algorithm::sliding ? param : 0};
     c.burst = algo == algorithm::gcra ? param : 0;
     c.min_interval = config::duration{min_interval_ms};
-    c.id = policy + "/" + kind + "/" + algo_name(algo) + "/" + std::to_string(per_ms) + "ms/" + std::to_string(param) + suffix;
+    c.id = policy + "/" + kind + "/" + algo_name(algo) + "/" + std::to_string(per_ms) + "ms/" + std::to_string(param) +
+           suffix;
     c.name = kind + "-" + std::to_string(per_ms) + "ms";
     return limit::tier::from(c);
 }
@@ -100,8 +101,8 @@ reply_ptr command(redisContext* c, const std::vector<std::string>& args) {
         ptrs.push_back(a.data());
         lens.push_back(a.size());
     }
-    return reply_ptr(static_cast<redisReply*>(
-        redisCommandArgv(c, static_cast<int>(args.size()), ptrs.data(), lens.data())));
+    return reply_ptr(
+        static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(args.size()), ptrs.data(), lens.data())));
 }
 
 // Several commands in one round trip.
@@ -242,9 +243,9 @@ std::uint64_t test_seed() {
 // number, and keys written at it never expire while the test runs (TTLs cover the
 // distance to the clock too).
 usec future_t0() {
-    const auto wall = std::chrono::duration_cast<std::chrono::microseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+    const auto wall =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
     return (wall / HOUR + 24) * HOUR;
 }
 
@@ -257,8 +258,8 @@ struct harness {
     const redis_server& srv;
     std::string sha;
     std::string prefix = "t:";
-    std::map<std::string, limit::key_state> states;          // decide()'s side, by key name
-    std::map<std::string, long long> expire_at;                // last PEXPIRETIME seen per key
+    std::map<std::string, limit::key_state> states;  // decide()'s side, by key name
+    std::map<std::string, long long> expire_at;      // last PEXPIRETIME seen per key
     std::size_t requests = 0, denials = 0, log_entries = 0;
 
     std::vector<std::string> key_names(const limit::check_request& r) const {
@@ -320,7 +321,8 @@ struct harness {
         if (got.state != limit::check_result::status::ok) return "script error: " + got.error;
         const auto& v = got.verdict;
         if (v.allowed != want.allowed) o << "allowed " << v.allowed << " want " << want.allowed << "; ";
-        if (v.retry_after != want.retry_after) o << "retry_after " << v.retry_after << " want " << want.retry_after << "; ";
+        if (v.retry_after != want.retry_after)
+            o << "retry_after " << v.retry_after << " want " << want.retry_after << "; ";
         if (v.tiers.size() != want.tiers.size()) {
             o << "tier count " << v.tiers.size() << " want " << want.tiers.size();
             return o.str();
@@ -445,16 +447,20 @@ void run_trace(harness& h, std::mt19937_64& rng, const mix& m, std::size_t count
     auto pick = [&](std::int64_t lo, std::int64_t hi) {
         return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
     };
-    auto algo = [&] { return m.algos[static_cast<std::size_t>(pick(0, static_cast<std::int64_t>(m.algos.size()) - 1))]; };
+    auto algo = [&] {
+        return m.algos[static_cast<std::size_t>(pick(0, static_cast<std::int64_t>(m.algos.size()) - 1))];
+    };
 
     // Two policies; the second may share a tier (same id: same state) with the first.
     std::vector<policy> policies(2);
     for (std::size_t p = 0; p < policies.size(); ++p) {
         const std::string pname = std::string(m.name) + "-p" + std::to_string(p);
         for (std::int64_t i = 0, n = pick(1, 3); i < n; ++i)
-            policies[p].ip.push_back(random_tier(rng, algo(), m.min_interval_percent, pname, "ip", static_cast<std::size_t>(i)));
+            policies[p].ip.push_back(
+                random_tier(rng, algo(), m.min_interval_percent, pname, "ip", static_cast<std::size_t>(i)));
         for (std::int64_t i = 0, n = pick(0, 2); i < n; ++i)
-            policies[p].user.push_back(random_tier(rng, algo(), m.min_interval_percent, pname, "user", static_cast<std::size_t>(i)));
+            policies[p].user.push_back(
+                random_tier(rng, algo(), m.min_interval_percent, pname, "user", static_cast<std::size_t>(i)));
     }
     if (pick(0, 1)) policies[1].ip.push_back(policies[0].ip[0]);
     std::vector<const limit::tier*> all;
@@ -490,7 +496,8 @@ void run_trace(harness& h, std::mt19937_64& rng, const mix& m, std::size_t count
             const auto& p = policies[static_cast<std::size_t>(pick(0, 1))];
             keys.clear();
             keys.push_back({'i', digest_of(static_cast<unsigned>(pick(0, 2))), p.ip});
-            if (!p.user.empty() && pick(1, 100) <= 70) keys.push_back({'u', digest_of(static_cast<unsigned>(pick(0, 1))), p.user});
+            if (!p.user.empty() && pick(1, 100) <= 70)
+                keys.push_back({'u', digest_of(static_cast<unsigned>(pick(0, 1))), p.user});
             if (pick(1, 100) <= 15) {
                 const auto other = (keys[0].id[0] == digest_of(0)[0]) ? digest_of(1) : digest_of(0);
                 keys.push_back({'i', other, p.ip});
@@ -504,7 +511,7 @@ void run_trace(harness& h, std::mt19937_64& rng, const mix& m, std::size_t count
             } else if (r <= 35) {
                 // Exactly on an edge of some tier (or 1 µs either side).
                 const auto* tp = all[static_cast<std::size_t>(pick(0, static_cast<std::int64_t>(all.size()) - 1))];
-                const usec unit = tp->algo == algorithm::gcra ? tp->interval
+                const usec unit = tp->algo == algorithm::gcra  ? tp->interval
                                   : tp->algo == algorithm::log ? tp->per
                                                                : tp->bucket;
                 t = (t / unit + 1) * unit + (pick(0, 2) - 1);
@@ -558,14 +565,15 @@ TEST_CASE("redis_script: build_call lays out KEYS and ARGV") {
     const auto& g = user_tiers[0];
 
     std::vector<std::string> want{
-        "EVALSHA", "deadbeef", "3",
-        ip_hash, ip_hash + ":log:" + l.id, user_hash,
-        "", "2", "2",
-        "2",
-        "s", "10", "1000000", "100000", "10", "0", "0", "0", "0", "1000000", s.id,
-        "l", "5", "2000000", "0", "1", "0", "0", "0", "300000", "2000000", l.id,
-        "1",
-        "g", "3", "1000000", "0", "1", "2", "333334", "666668", "0", "1000000", g.id,
+        "EVALSHA", "deadbeef", "3",       ip_hash,   ip_hash + ":log:" + l.id,
+        user_hash, "",         "2",       "2",       "2",
+        "s",       "10",       "1000000", "100000",  "10",
+        "0",       "0",        "0",       "0",       "1000000",
+        s.id,      "l",        "5",       "2000000", "0",
+        "1",       "0",        "0",       "0",       "300000",
+        "2000000", l.id,       "1",       "g",       "3",
+        "1000000", "0",        "1",       "2",       "333334",
+        "666668",  "0",        "1000000", g.id,
     };
 
     SUBCASE("production: the time argument is empty, the script reads TIME") {
@@ -620,8 +628,7 @@ struct fake_reply {
         return f;
     }
     fake_reply() = default;
-    fake_reply(fake_reply&& o) noexcept
-        : nodes(std::move(o.nodes)), root(o.root), text(std::move(o.text)) {
+    fake_reply(fake_reply&& o) noexcept : nodes(std::move(o.nodes)), root(o.root), text(std::move(o.text)) {
         for (auto& n : nodes) ptrs.push_back(&n);
         root.element = ptrs.empty() ? nullptr : ptrs.data();
         if (root.str) root.str = text.data();
@@ -716,7 +723,8 @@ TEST_CASE("redis_script: the script matches decide() on random traces") {
             run_trace(h, rng, m, 250);
         }
     }
-    std::printf("test_redis_script: %zu requests, %zu denials, %zu log entries\n", h.requests, h.denials, h.log_entries);
+    std::printf("test_redis_script: %zu requests, %zu denials, %zu log entries\n", h.requests, h.denials,
+                h.log_entries);
     CHECK(h.denials > h.requests / 10);
     CHECK(h.denials < h.requests * 9 / 10);
 }
@@ -766,7 +774,8 @@ TEST_CASE("redis_script: the clock never goes back before the key's last time") 
 TEST_CASE("redis_script: production clock, denials write nothing, TTLs only grow") {
     redis_server srv;
     harness h{srv, load_script(srv)};
-    std::vector<limit::tier> tiers{make_tier(algorithm::sliding, 3, 60'000, 6'000), make_tier(algorithm::log, 3, 30'000, 0)};
+    std::vector<limit::tier> tiers{make_tier(algorithm::sliding, 3, 60'000, 6'000),
+                                   make_tier(algorithm::log, 3, 30'000, 0)};
     std::vector<limit::tier> short_tiers{make_tier(algorithm::fixed, 100, 1'000, 0, 0, "q")};
     std::vector<limit::store_key> keys{{'i', digest_of(3), tiers}};
     std::vector<limit::store_key> short_keys{{'i', digest_of(3), short_tiers}};

@@ -137,15 +137,15 @@ private:
         std::uint64_t sum = 0;
         for (unsigned char c : data) sum += c;
         body_sum += sum;
-        if (body_prefix.size() < prefix_limit)
-            body_prefix.append(data.substr(0, prefix_limit - body_prefix.size()));
+        if (body_prefix.size() < prefix_limit) body_prefix.append(data.substr(0, prefix_limit - body_prefix.size()));
     }
     void on_request_impl(http::verb, boost::beast::string_view, boost::beast::string_view, int, error_code&) override {}
     void on_response_impl(int code, boost::beast::string_view, int ver, error_code&) override {
         status = code;
         version = ver;
     }
-    void on_field_impl(http::field, boost::beast::string_view name, boost::beast::string_view value, error_code&) override {
+    void on_field_impl(http::field, boost::beast::string_view name, boost::beast::string_view value,
+                       error_code&) override {
         headers.emplace_back(std::string(name), std::string(value));
     }
     void on_header_impl(error_code&) override {}
@@ -259,8 +259,7 @@ response connection::read_response(bool head_request) {
         }
         if (eof) {
             error_code ec;
-            if (!p.got_some())
-                throw std::runtime_error("read_response: connection closed before any response");
+            if (!p.got_some()) throw std::runtime_error("read_response: connection closed before any response");
             p.put_eof(ec);
             if (!ec && p.is_done()) break;
             throw std::runtime_error("read_response: connection closed before the response was complete");
@@ -345,9 +344,8 @@ std::uint64_t pattern_sum(std::uint64_t n) {
     return (n / 26) * cycle + r * 97 + r * (r - 1) / 2;
 }
 
-transfer_result stream_request(std::uint16_t port, std::string method, std::string target,
-                               std::uint64_t upload_bytes, bool chunked_upload, header_list headers,
-                               std::chrono::milliseconds idle_timeout) {
+transfer_result stream_request(std::uint16_t port, std::string method, std::string target, std::uint64_t upload_bytes,
+                               bool chunked_upload, header_list headers, std::chrono::milliseconds idle_timeout) {
     connection c("127.0.0.1", port, idle_timeout);
     const int fd = c.fd();
     const bool head = method == "HEAD";
@@ -414,8 +412,8 @@ transfer_result stream_request(std::uint16_t port, std::string method, std::stri
     };
     auto describe = [&] {
         return " (uploaded " + std::to_string(body_queued) + "/" + std::to_string(upload_bytes) +
-               " bytes, received status " + std::to_string(parser->status) + ", " +
-               std::to_string(parser->body_bytes) + " body bytes)";
+               " bytes, received status " + std::to_string(parser->status) + ", " + std::to_string(parser->body_bytes) +
+               " body bytes)";
     };
     // Feeds buffered input to the parser. Returns true when the final response is complete.
     auto parse = [&]() -> bool {
@@ -449,8 +447,9 @@ transfer_result stream_request(std::uint16_t port, std::string method, std::stri
             if (errno == EINTR) continue;
             throw std::runtime_error(sys_error("poll", errno));
         }
-        if (pr == 0) throw std::runtime_error("stream_request: no progress for " +
-                                              std::to_string(idle_timeout.count()) + " ms" + describe());
+        if (pr == 0)
+            throw std::runtime_error("stream_request: no progress for " + std::to_string(idle_timeout.count()) + " ms" +
+                                     describe());
         bool progress = false;
         if (sending && (pfd.revents & (POLLOUT | POLLERR | POLLHUP))) {
             ssize_t n = send_now(fd, std::string_view(out).substr(out_off));

@@ -72,8 +72,7 @@ private:
 // "METHOD TARGET HTTP/1.1" with "Host: test" (unless `headers` has a Host), the given headers
 // and, when `body` is not empty, Content-Length (unless `headers` has Content-Length or
 // Transfer-Encoding; then the body is sent as given).
-std::string make_request(std::string method, std::string target, header_list headers = {},
-                         std::string body = "");
+std::string make_request(std::string method, std::string target, header_list headers = {}, std::string body = "");
 
 // One request on a fresh connection to 127.0.0.1:port.
 response fetch(std::uint16_t port, std::string method, std::string target, header_list headers = {},
@@ -95,8 +94,8 @@ std::uint64_t pattern_sum(std::uint64_t n);
 // empty), while reading the response in bounded memory. Sending stops early if the peer stops
 // reading or closes; the call returns once the response is complete. HEAD responses carry no
 // body. Throws if nothing moves in either direction for `idle_timeout`.
-transfer_result stream_request(std::uint16_t port, std::string method, std::string target,
-                               std::uint64_t upload_bytes, bool chunked_upload = false,
-                               header_list headers = {}, std::chrono::milliseconds idle_timeout = 30s);
+transfer_result stream_request(std::uint16_t port, std::string method, std::string target, std::uint64_t upload_bytes,
+                               bool chunked_upload = false, header_list headers = {},
+                               std::chrono::milliseconds idle_timeout = 30s);
 
 }  // namespace sluice::test

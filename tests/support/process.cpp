@@ -22,9 +22,7 @@ namespace sluice::test {
 
 namespace {
 
-std::string errno_text(const char* what) {
-    return std::string(what) + ": " + std::strerror(errno);
-}
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 void close_fd(int& fd) {
     if (fd >= 0) {
@@ -295,16 +293,14 @@ std::vector<std::string> process::wait_for_line(const std::string& ecmascript_re
             }
             std::string status = exit_status_ ? " (exit status " + std::to_string(*exit_status_) + ")" : "";
             throw std::runtime_error("process " + argv_[0] + " ended its output" + status +
-                                     " without a line matching /" + ecmascript_regex +
-                                     "/; output:\n" + output_);
+                                     " without a line matching /" + ecmascript_regex + "/; output:\n" + output_);
         }
-        const bool progressed = cv_.wait_until(lk, deadline, [&] {
-            return output_closed_ || output_.find('\n', pos) != std::string::npos;
-        });
+        const bool progressed = cv_.wait_until(
+            lk, deadline, [&] { return output_closed_ || output_.find('\n', pos) != std::string::npos; });
         if (!progressed)
-            throw std::runtime_error("process " + argv_[0] + ": timeout after " +
-                                     std::to_string(timeout.count()) + " ms waiting for a line matching /" +
-                                     ecmascript_regex + "/; output so far:\n" + output_);
+            throw std::runtime_error("process " + argv_[0] + ": timeout after " + std::to_string(timeout.count()) +
+                                     " ms waiting for a line matching /" + ecmascript_regex + "/; output so far:\n" +
+                                     output_);
     }
 }
 

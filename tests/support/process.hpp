@@ -28,8 +28,7 @@ class process {
 public:
     // argv[0] is looked up in PATH if it contains no '/'. `extra_env` is added to (and overrides
     // entries of) the current environment. Throws std::runtime_error if the program cannot run.
-    explicit process(std::vector<std::string> argv,
-                     std::vector<std::pair<std::string, std::string>> extra_env = {});
+    explicit process(std::vector<std::string> argv, std::vector<std::pair<std::string, std::string>> extra_env = {});
     // If still running: SIGTERM, up to 5 s grace, then SIGKILL. Always reaps and joins.
     ~process();
 
@@ -69,7 +68,7 @@ private:
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::string output_;
-    bool output_closed_ = false;    // pipe reached EOF
+    bool output_closed_ = false;      // pipe reached EOF
     std::optional<int> exit_status_;  // set once reaped
 
     std::thread reader_;
