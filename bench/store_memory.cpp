@@ -60,7 +60,6 @@ const std::vector<spec> all_specs = {
     {algorithm::sliding, 100, 10'000, 1'000, 0, "sliding 100/10s precision 1s"},
 };
 
-
 limit::tier make_tier(const spec& s) {
     tier_config c;
     c.kind = "ip";
@@ -179,17 +178,21 @@ int main(int argc, char** argv) {
     // The bound is split evenly over the stripes and the digests do not fill them evenly:
     // leave room so that nothing is evicted (the default store.memory.max_keys, or 4 N).
     const std::size_t roomy = std::max<std::size_t>(1'000'000, 4 * n);
-    std::printf("embedded store memory: %zu identifiers (random 16-byte digests), one request each, "
-                "store.memory.max_keys = %zu (nothing evicted), frozen clock\n",
-                n, roomy);
-    std::printf("heap = glibc mallinfo2().uordblks growth (allocated chunks incl. headers); "
-                "RSS = /proc/self/statm growth; each scenario in its own process\n");
+    std::printf(
+        "embedded store memory: %zu identifiers (random 16-byte digests), one request each, "
+        "store.memory.max_keys = %zu (nothing evicted), frozen clock\n",
+        n, roomy);
+    std::printf(
+        "heap = glibc mallinfo2().uordblks growth (allocated chunks incl. headers); "
+        "RSS = /proc/self/statm growth; each scenario in its own process\n");
     std::printf("tiers, in order: ");
     for (std::size_t i = 0; i < all_specs.size(); ++i) std::printf("%s%s", i ? "; " : "", all_specs[i].text);
     std::printf("\n\n");
-    std::printf("%-5s | %8s | %8s | %13s | %18s | %7s | %12s | %17s\n", "tiers", "ids held", "heap MiB", "heap bytes/id",
-                "heap bytes/id/tier", "RSS MiB", "RSS bytes/id", "RSS bytes/id/tier");
-    std::printf("------+----------+----------+---------------+--------------------+---------+--------------+------------------\n");
+    std::printf("%-5s | %8s | %8s | %13s | %18s | %7s | %12s | %17s\n", "tiers", "ids held", "heap MiB",
+                "heap bytes/id", "heap bytes/id/tier", "RSS MiB", "RSS bytes/id", "RSS bytes/id/tier");
+    std::printf(
+        "------+----------+----------+---------------+--------------------+---------+--------------+------------------"
+        "\n");
     for (const std::size_t k : {std::size_t{1}, std::size_t{3}, std::size_t{10}}) {
         const auto t = first(k);
         const outcome o = in_child([&] { return run(ids, t, roomy); });
