@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/read.hpp>
@@ -141,7 +142,12 @@ void admin_server::start() {
             for (;;) {
                 auto [ec, socket] = co_await acceptor_.async_accept(use_tuple);
                 if (!acceptor_.is_open()) co_return;
-                if (ec) continue;
+                if (ec) {
+                    // Out of descriptors (or a transient error): back off instead of spinning.
+                    asio::steady_timer pause(ioc_, std::chrono::milliseconds(50));
+                    co_await pause.async_wait(use_tuple);
+                    continue;
+                }
                 if (open_ >= limits_.max_connections) continue;  // the socket closes as it goes out of scope
                 ++open_;
                 asio::co_spawn(ioc_, serve_admin(std::move(socket), admin_hooks{metrics_, ready_, reload_}, limits_),

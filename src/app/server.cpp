@@ -293,6 +293,10 @@ int gateway::run() {
     for (auto& w : workers_) w->ioc.stop();
     for (auto& t : threads) t.join();
     metrics_.set_store_gauges(nullptr, nullptr);
+    // A Redis connection's socket and timers belong to its worker's io_context: let the
+    // stores go first, while every io_context still exists (a drain cut short by
+    // drain_timeout leaves them running).
+    redis_.clear();
     workers_.clear();  // their io_contexts, with any handler still parked in a store, go first
     spdlog::info("stopped");
     return 0;

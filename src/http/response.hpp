@@ -33,6 +33,7 @@ inline constexpr failure bad_target{400, "bad_request", "invalid request target"
 inline constexpr failure bad_body{400, "bad_request", "malformed request body"};
 inline constexpr failure unauthorized{401, "unauthorized", "invalid credentials"};
 inline constexpr failure connect_refused{405, "method_not_allowed", "CONNECT is not supported"};
+inline constexpr failure bad_method{400, "bad_request", "methods are case-sensitive: write it in upper case"};
 inline constexpr failure header_timeout{408, "request_timeout",
                                         "the request header did not arrive within server.header_timeout"};
 inline constexpr failure body_timeout{408, "request_timeout",
@@ -54,6 +55,8 @@ inline constexpr failure upstream_timeout{504, "upstream_timeout",
                                           "the upstream did not answer within upstream.timeout"};
 inline constexpr failure upstream_send_timeout{504, "upstream_timeout",
                                                "the upstream stopped reading the request within upstream.timeout"};
+// Logged only, never sent: the client left before its request was read whole (nginx's 499).
+inline constexpr failure client_gone{499, "client_closed", "the client closed the connection"};
 }  // namespace fail
 
 // Appends a whole response: the status line, `extra` field lines ("Name: value\r\n"),

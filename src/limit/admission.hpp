@@ -43,7 +43,7 @@ struct outcome {
 struct admission_context {
     const identity::clients& clients;
     const identity::hasher& hasher;
-    const void* generation;  // changes with the snapshot: cached hashes are dropped
+    std::uint64_t generation;  // changes with the snapshot: cached hashes are dropped
     config::store_config::failure_mode on_error;
     config::response_config::header_style headers;
 };
@@ -63,7 +63,7 @@ private:
     std::array<store_key, 2> keys_;
     check_request request_;
     // The last identifiers hashed on this connection, and the snapshot they were hashed for.
-    const void* cached_for_ = nullptr;
+    std::uint64_t cached_for_ = 0;
     bool ip_cached_ = false, user_cached_ = false;
     identity::address cached_client_;
     digest cached_ip_{};

@@ -72,6 +72,7 @@ bool is_hop_by_hop(const http::message_head& head, const http::header_field& f, 
         case bhttp::proxy_authorization: return true;
         default: break;
     }
+    if (f.name == bhttp::host) return false;  // routing used it: `Connection: host` cannot drop it
     auto name = head.name(f);
     return is_proxy_prefixed(name) || tokens.names(name);
 }

@@ -40,6 +40,8 @@ std::string_view without_port(std::string_view host) {
     const auto colon = host.rfind(':');
     if (colon != std::string_view::npos && host.find(']', colon) == std::string_view::npos)
         host = host.substr(0, colon);
+    // "api.example.com." names the same host as "api.example.com" (the root label).
+    if (!host.empty() && host.back() == '.') host.remove_suffix(1);
     return host;
 }
 

@@ -5,6 +5,7 @@
 #include "http/async.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 
 namespace sluice::server {
@@ -20,9 +21,6 @@ using proxy::relay;
 namespace fail = http::fail;
 
 namespace {
-
-// Where the client left before its request was read whole: logged, never sent.
-constexpr http::failure client_gone{499, "client_closed", "the client closed the connection"};
 
 awaitable<error_code> wait_readable(tcp::socket& s) {
     auto [ec] = co_await s.async_wait(tcp::socket::wait_read, http::use_tuple);
@@ -52,7 +50,9 @@ awaitable<after> session::exchange() {
     auto framing = p.chunked() ? body_framing::chunked : length ? body_framing::length : body_framing::none;
     std::uint64_t size = length.value_or(0);
     const bool has_body = framing == body_framing::chunked || size > 0;
-    upgrade_ = proxy::connection_tokens(head_).has("upgrade") && head_.count(bhttp::field::upgrade) > 0;
+    // Only WebSocket: after a 101 nothing is limited, and h2c would carry any number of requests.
+    upgrade_ = proxy::connection_tokens(head_).has("upgrade") &&
+               boost::beast::iequals(head_.find(bhttp::field::upgrade), "websocket");
     req_.body_deadline = {clock::now() + cfg_->server.body_timeout, cfg_->server.body_min_rate};
     if (has_body && p.expect_continue() && head_.version >= 11) {
         if (co_await relay_.write_all(client_, "HTTP/1.1 100 Continue\r\n\r\n", cfg_->server.idle_timeout))
@@ -84,7 +84,8 @@ awaitable<std::optional<http::failure>> session::read_body_ahead(body_framing& f
     auto r = co_await relay_.fill(p, client_, in_, req_.body_deadline, req_.body, cfg_->proxy.request_buffer_bytes);
     if (r.failed == proxy::pump_result::parse)
         co_return r.ec == bhttp::error::body_limit ? fail::too_large : fail::bad_body;
-    if (r.failed == proxy::pump_result::read) co_return relay::is_timeout(r.ec) ? fail::body_timeout : client_gone;
+    if (r.failed == proxy::pump_result::read)
+        co_return relay::is_timeout(r.ec) ? fail::body_timeout : fail::client_gone;
     if (p.is_done()) {
         framing = body_framing::length;
         size = req_.body.size();
@@ -130,7 +131,9 @@ awaitable<session::step> session::send_request(body_framing framing, std::uint64
     if (framing == body_framing::length) out_ += req_.body;
 
     proxy::pump_result r;
-    if (framing == body_framing::none || (framing == body_framing::length && size == 0)) {
+    if (p.is_done()) {
+        // All of it is in memory: one write. An upstream that answers early and closes
+        // makes it fail, and is then heard below.
         r.ec = co_await relay_.write_all(up_->socket, out_, up_cfg.timeout);
         if (r.ec) r.failed = proxy::pump_result::write;
     } else {
@@ -140,17 +143,21 @@ awaitable<session::step> session::send_request(body_framing framing, std::uint64
         auto sent = co_await (relay_.pump(p, client_, in_, cfg_->server.idle_timeout, &req_.body_deadline, up_->socket,
                                           up_cfg.timeout, out_) ||
                               wait_readable(up_->socket));
-        if (sent.index() == 1)
-            req_.early_answer = true;
-        else
+        if (sent.index() == 0) {
             r = std::get<0>(sent);
+        } else if (auto ec = relay_.timed(std::get<1>(sent))) {
+            r.failed = proxy::pump_result::write;  // the sweep cancelled a write the upstream did not take
+            r.ec = ec;
+        } else {
+            req_.early_answer = true;
+        }
     }
     out_.clear();
     switch (r.failed) {
         case proxy::pump_result::ok: co_return step{};
         case proxy::pump_result::parse:
             co_return step{r.ec == bhttp::error::body_limit ? fail::too_large : fail::bad_body};
-        case proxy::pump_result::read: co_return step{relay::is_timeout(r.ec) ? fail::body_timeout : client_gone};
+        case proxy::pump_result::read: co_return step{relay::is_timeout(r.ec) ? fail::body_timeout : fail::client_gone};
         case proxy::pump_result::write:
             if (relay::is_timeout(r.ec)) {
                 w_.metrics.upstream_failed(metrics::upstream_error::timeout);
@@ -191,7 +198,7 @@ awaitable<session::step> session::read_response_head(bool replayable) {
         if (head_.version < 11) continue;  // HTTP/1.0 clients get no interim responses
         out_.clear();
         proxy::write_response_head(out_, resp_, {}, body_framing::none, 0);
-        if (co_await relay_.write_all(client_, out_, cfg_->server.idle_timeout)) co_return step{client_gone};
+        if (co_await relay_.write_all(client_, out_, cfg_->server.idle_timeout)) co_return step{fail::client_gone};
     }
 }
 
@@ -235,7 +242,9 @@ awaitable<after> session::relay_response() {
     // Pooled again only when the response ended exactly at its framing, after the whole
     // request went out (pool::give_back also wants nothing more buffered).
     release_upstream(r.failed == proxy::pump_result::ok && rp.keep_alive() && !req_.early_answer);
-    const after done = keep ? after::keep_alive : parser_->is_done() ? after::close : after::linger;
+    // Closing by our own decision, the client may have sent more (a pipelined request, the
+    // rest of a body): linger, or its unread bytes would reset the connection under the answer.
+    const after done = keep ? after::keep_alive : after::linger;
     if (r.failed == proxy::pump_result::ok) co_return done;
     if (r.failed == proxy::pump_result::write) co_return after::close;  // the client went away
     w_.metrics.upstream_failed(error_kind(r.ec));

@@ -40,9 +40,18 @@ http::failure head_error(const http::request_parser& p, const error_code& ec) {
 // whole and understood; only its outcome was refused or failed.
 bool keeps_connection(const http::failure& f) { return f.status == 401 || f.status == 403 || f.status >= 500; }
 
+// "post" is no method Beast knows, but an upstream that upper-cases methods reads POST:
+// a route limited to POST must not be walked around that way.
+bool is_verb_in_other_case(std::string_view method) {
+    std::string upper(method);
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return bhttp::string_to_verb(upper) != bhttp::verb::unknown;
+}
+
 }  // namespace
 
 void request_state::reset(std::size_t unmatched_slot) {
+    target.clear();
     route = nullptr;
     route_slot = unmatched_slot;
     who = {};
@@ -172,7 +181,11 @@ std::optional<http::failure> session::check_head() {
     if (const char* why = route::parse_target(head_.method_text(), head_.target(), req_.target))
         return fail::bad_target.with(why);
     if (req_.target.form == route::target_form::authority) return fail::connect_refused;
-    if (head_.version >= 11 && head_.count(bhttp::field::host) != 1) return fail::bad_host;
+    // HTTP/1.1 needs one Host; no version may send two (the router and the upstream could
+    // each read another).
+    if (const auto hosts = head_.count(bhttp::field::host); hosts > 1 || (head_.version >= 11 && hosts != 1))
+        return fail::bad_host;
+    if (head_.method == bhttp::verb::unknown && is_verb_in_other_case(head_.method_text())) return fail::bad_method;
     if (p.has_expect() && !p.expect_continue()) return fail::bad_expect;
     if (auto length = p.content_length(); length && *length > cfg_->server.max_body_bytes) return fail::too_large;
     return std::nullopt;
@@ -181,7 +194,7 @@ std::optional<http::failure> session::check_head() {
 awaitable<void> session::check_limits() {
     const auto* r = req_.route;
     if (!r || !r->limits) co_return;
-    const limit::admission_context ctx{snap_->clients, w_.hasher, snap_.get(), cfg_->store.on_error,
+    const limit::admission_context ctx{snap_->clients, w_.hasher, snap_->generation, cfg_->store.on_error,
                                        cfg_->response.headers};
     if (!admission_.prepare(ctx, *r->limits, r->cost, req_.who, head_, req_.outcome)) co_return;
     const auto asked = clock::now();
@@ -198,8 +211,9 @@ bool session::may_keep_alive() const {
 // Sends Sluice's own answer. Unless the connection may stay open, it is then closed
 // gracefully: the client gets the answer even while still sending a body we won't read.
 awaitable<after> session::respond(const failure& f) {
-    const bool keep = keeps_connection(f) && may_keep_alive();
     req_.status = f.status;
+    if (f.status == fail::client_gone.status) co_return after::close;  // no one to tell
+    const bool keep = keeps_connection(f) && may_keep_alive();
     out_.clear();
     http::write_failure(out_, f, !keep);
     auto ec = co_await relay_.write_all(client_, out_, cfg_->server.header_timeout);

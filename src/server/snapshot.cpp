@@ -1,13 +1,25 @@
 #include "server/snapshot.hpp"
 
+#include <atomic>
+
 namespace sluice::server {
+
+namespace {
+
+std::uint64_t next_generation() {
+    static std::atomic<std::uint64_t> last{0};
+    return ++last;
+}
+
+}  // namespace
 
 snapshot::snapshot(std::shared_ptr<const config::config> c, metrics::registry& m)
     : cfg(std::move(c)),
       policies(limit::compile_policies(*cfg)),
       router(*cfg, policies),
       clients(cfg->clients),
-      unmatched_slot(m.slot("route", "unmatched")) {
+      unmatched_slot(m.slot("route", "unmatched")),
+      generation(next_generation()) {
     for (auto& p : policies) p.metric_slot = m.slot("policy", p.name);
     for (auto& r : router.routes()) r.metric_slot = m.slot("route", r.name);
 }

@@ -26,6 +26,7 @@ struct snapshot {
     route::router router;
     identity::clients clients;
     std::size_t unmatched_slot = 0;  // metrics slot for requests no route matches
+    std::uint64_t generation = 0;    // unique per snapshot: caches built for one know they are stale
 };
 
 }  // namespace sluice::server

@@ -137,8 +137,8 @@ TEST_CASE("hardening: a SIGHUP during start-up does not kill the gateway") {
     }
 }
 
-// Finding 13. Key explosion: up to 200k distinct client addresses (from a trusted proxy's
-// X-Forwarded-For, pipelined on 4 connections for at most 6 s; at least 3 x max_keys of them).
+// Finding 13. Key explosion: 16k distinct client addresses, 4 x max_keys (from a trusted
+// proxy's X-Forwarded-For, pipelined on 4 connections; a 60 s bound only stops a hung run).
 // store.memory.max_keys (4000) bounds the identifiers held; the gateway's peak resident set
 // grows by less than 64 MiB (192 MiB under ASan; the state of 4000 identifiers is about 1 MiB);
 // and once their windows (2 s) have passed, the expired identities are swept without new
@@ -161,9 +161,9 @@ routes:
     REQUIRE(fetch(gw->port, "GET", "/status?code=204").status == 204);
     const long before = proc_status_kib(gw->proc->pid(), "VmHWM");
 
-    constexpr int identities = 200000, batch = 100, senders = 4;
+    constexpr int identities = 16000, batch = 100, senders = 4;
     std::atomic<int> next{0}, answered{0}, failed{0};
-    const auto deadline = std::chrono::steady_clock::now() + 6s;
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
     std::vector<std::thread> threads;
     for (int t = 0; t < senders; ++t)
         threads.emplace_back([&] {
@@ -192,7 +192,7 @@ routes:
     CAPTURE(after);
     CAPTURE(keys_at_end);
     CHECK(failed == 0);
-    REQUIRE(answered >= 12000);  // enough distinct identities to fill max_keys three times
+    REQUIRE(answered == identities);  // enough distinct identities to fill max_keys four times
     CHECK(keys_at_end <= 4000);
     CHECK(after - before < (runs_with_asan(gw->proc->pid()) ? 192 : 64) * 1024);
 

@@ -296,3 +296,37 @@ TEST_CASE("hardening: X-Forwarded-For fields are joined; a trusted proxy's X-For
         CHECK(echoed(echo, "X-Forwarded-Proto") == "http");
     }
 }
+
+TEST_CASE("hardening: the Host and method a route sees are the ones the upstream gets") {
+    auto up = start_upstream();
+    const std::string config = R"(
+policies:
+  admin:
+    ip: [ {limit: 2, per: 1m} ]
+routes:
+  - { match: { host: admin.example, methods: [POST], path_prefix: / }, policy: admin }
+  - { match: { path_prefix: / }, policy: none }
+)";
+    auto gw = start_gateway(gateway_yaml(up->port, {}, config));
+    auto post = [&](const std::string& method, const std::string& headers) {
+        return raw_exchange(gw->port, method + " /x HTTP/1.1\r\n" + headers + "Content-Length: 0\r\n\r\n");
+    };
+    // Two admitted, then limited, however the host is spelled or hidden.
+    CHECK(post("POST", "Host: admin.example\r\n").status == 200);
+    CHECK(post("POST", "Host: ADMIN.example.\r\n").status == 200);
+    CHECK(post("POST", "Host: admin.example:80\r\n").status == 429);
+    // `Connection: host` cannot take the routed Host away from the upstream.
+    auto hidden = post("POST", "Host: admin.example\r\nConnection: host\r\n");
+    CHECK(hidden.status == 429);
+    // Two Host fields, at any version, and a method in lower case are refused.
+    CHECK(post("POST", "Host: other.example\r\nHost: admin.example\r\n").status == 400);
+    CHECK(raw_exchange(gw->port, "POST /x HTTP/1.0\r\nHost: a\r\nHost: admin.example\r\nContent-Length: 0\r\n\r\n")
+              .status == 400);
+    CHECK(post("post", "Host: admin.example\r\n").status == 400);
+    // Only WebSocket upgrades: h2c goes upstream as a plain request, without Upgrade.
+    auto h2c = raw_exchange(gw->port,
+                            "GET /echo HTTP/1.1\r\nHost: t\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+                            "Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n");
+    REQUIRE(h2c.status == 200);
+    CHECK(echoed(json_of(h2c), "Upgrade").empty());
+}

@@ -41,6 +41,7 @@ const std::vector<named_failure> all_failures{
     {"bad_body", fail::bad_body},
     {"unauthorized", fail::unauthorized},
     {"connect_refused", fail::connect_refused},
+    {"bad_method", fail::bad_method},
     {"header_timeout", fail::header_timeout},
     {"body_timeout", fail::body_timeout},
     {"too_large", fail::too_large},
@@ -56,6 +57,7 @@ const std::vector<named_failure> all_failures{
     {"store_down", fail::store_down},
     {"upstream_timeout", fail::upstream_timeout},
     {"upstream_send_timeout", fail::upstream_send_timeout},
+    {"client_gone", fail::client_gone},
 };
 
 struct parsed {

@@ -72,7 +72,12 @@ struct snapshot {
         : cfg(with_api_key(std::move(api_key_header))),
           clients(cfg),
           hasher(std::move(secret)),
-          ctx{clients, hasher, this, e, s} {}
+          ctx{clients, hasher, next_generation(), e, s} {}
+
+    static std::uint64_t next_generation() {
+        static std::uint64_t last = 0;
+        return ++last;
+    }
 
     static config::clients_config with_api_key(std::string header) {
         config::clients_config c;
@@ -200,7 +205,7 @@ TEST_CASE("admission::prepare: a JWT that fails verification is a 401 outcome, w
     identity::clients clients(cfg);
     ::unsetenv(env);
     identity::hasher hasher("secret-1");
-    limit::admission_context ctx{clients, hasher, &cfg, on_error::allow, style::ietf};
+    limit::admission_context ctx{clients, hasher, 1, on_error::allow, style::ietf};
     auto p = make_policy("default", true, true);
     limit::admission a;
 
