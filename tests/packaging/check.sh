@@ -289,8 +289,10 @@ else
   unknown=()
   for n in $(grep -oE 'sluice_[a-z0-9_]+' <<<"$exprs" | sort -u); do
     base=$n
-    for suf in _bucket _sum _count; do [[ $n == *$suf ]] && printf '%s\n' "${expected[@]}" | grep -qx "${n%"$suf"}" && base=${n%"$suf"}; done
-    printf '%s\n' "${expected[@]}" | grep -qx "$base" || unknown+=("$n")
+    # grep -x >/dev/null, not -q: -q stops reading at the first match, and under pipefail
+    # printf's SIGPIPE would then fail the pipeline now and then.
+    for suf in _bucket _sum _count; do [[ $n == *$suf ]] && printf '%s\n' "${expected[@]}" | grep -x "${n%"$suf"}" >/dev/null && base=${n%"$suf"}; done
+    printf '%s\n' "${expected[@]}" | grep -x "$base" >/dev/null || unknown+=("$n")
   done
   if ((${#unknown[@]})); then fail "$dash queries names no code defines (typo?): ${unknown[*]}"
   else ok "$dash queries no unknown metric names"; fi
