@@ -248,9 +248,9 @@ local function commit_log(zset, v, count, per, hz, at, at_s, from, cost)
     if v then
         ls, e = string.match(v, '^(%d+);(%d+)')
     end
+    local seq = 0
     if cost > 0 then
         -- entries at `at` exist only if this tier last admitted at `at` (or its field is gone)
-        local seq = 0
         if not ls or ls == at_s then
             seq = call('ZCOUNT', zset, at_s, at_s)
         end
@@ -278,15 +278,61 @@ local function commit_log(zset, v, count, per, hz, at, at_s, from, cost)
             call('PEXPIREAT', zset, exp)
         end
     end
-    return fmt('%s;%d', at_s, exp)
+    return fmt('%s;%d', at_s, exp), seq + 1
 end
 
 local call, fmt, match = redis.call, string.format, string.match
 local ARGV, KEYS = ARGV, KEYS
 local ERR = 'ERR sluice rate_limit: '
 
--- Parse ARGV -----------------------------------------------------------------------------
+-- Undo ---------------------------------------------------------------------------------
+-- ARGV[2] == 'undo': take back one identifier's commit (Redis Cluster, when another node
+-- denied the same request). KEYS: its HASH, then its log ZSETs in tier order. ARGV: '',
+-- 'undo', cost, "@t" before and after the commit, then per tier: field, value before ('' =
+-- none), value the commit wrote, first log sequence number ('' = not a log tier). A field
+-- goes back only if it still holds what the commit wrote (no admission since); "@t" only
+-- if every field did. A log entry is removed by its member. Returns how many fields went
+-- back.
 
+if ARGV[2] == 'undo' then
+    local hash, cost = KEYS[1], tonumber(ARGV[3])
+    local restored, fields, z = 0, 0, 2
+    for i = 6, #ARGV, 4 do
+        local f, old, new, seq = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+        fields = fields + 1
+        if call('HGET', hash, f) == new then
+            restored = restored + 1
+            if old == '' then
+                call('HDEL', hash, f)
+            else
+                call('HSET', hash, f, old)
+            end
+        end
+        if seq ~= '' then
+            local at_s = match(new, '^%d+')
+            for q = tonumber(seq), tonumber(seq) + cost - 1 do
+                call('ZREM', KEYS[z], at_s .. ':' .. fmt('%d', q))
+            end
+            z = z + 1
+        end
+    end
+    if restored == fields and call('HGET', hash, '@t') == ARGV[5] then
+        if ARGV[4] == '' then
+            call('HDEL', hash, '@t')
+        else
+            call('HSET', hash, '@t', ARGV[4])
+        end
+    end
+    return restored
+end
+
+-- Parse ARGV -----------------------------------------------------------------------------
+-- A last ARGV of 'u' (one identifier only) asks for the undo record of the commit, after
+-- the decision: "@t" before and after, then per tier its field before and after and its
+-- first log sequence number (all strings, '' for none).
+
+local record = ARGV[#ARGV] == 'u'
+local olds
 local cost = ARGV[2]
 if cost == '1' then
     cost = 1
@@ -365,6 +411,12 @@ for i = 1, nkeys do
         at_s = fmt('%d', at)
     end
     e_s, horizon, has_log = vals[2], 0, false
+    if record then
+        olds = { vals[1] or '' }
+        for j = 3, n + 2 do
+            olds[j] = vals[j] or ''
+        end
+    end
 
     for j = 3, n + 2 do
         local algo = ARGV[a + 1]
@@ -461,6 +513,12 @@ for i = 1, nkeys do
         pending[i] = { hash, at, at_s, e_s, horizon, n, has_log, vals, a0 }
     end
 end
+if record then
+    if nkeys ~= 1 then
+        return redis.error_reply(ERR .. 'an undo record is for one identifier')
+    end
+    a = a + 1
+end
 if a - 1 ~= #ARGV or k - 1 ~= #KEYS then
     return redis.error_reply(ERR .. 'argument count mismatch')
 end
@@ -489,7 +547,11 @@ for i = 1, nkeys do
             for j = 3, n + 2 do
                 if ARGV[a0 + 11 * j - 32] == 'l' then
                     local c = vals[j]
-                    vals[j] = commit_log(c[1], c[2], c[3], c[4], c[5], at, at_s, from, cost)
+                    local seq
+                    vals[j], seq = commit_log(c[1], c[2], c[3], c[4], c[5], at, at_s, from, cost)
+                    if record then
+                        olds[j + n] = fmt('%d', seq)
+                    end
                 end
             end
         end
@@ -518,6 +580,15 @@ for i = 1, nkeys do
                 call('PEXPIREAT', hash, e)  -- after HSET, which may have made the HASH
             end
         end
+    end
+end
+if record then
+    o = #out
+    out[o + 1], out[o + 2] = olds[1], at_s
+    o = o + 2
+    for j = 3, n + 2 do
+        out[o + 1], out[o + 2], out[o + 3] = olds[j], vals[j], olds[j + n] or ''
+        o = o + 3
     end
 end
 return out

@@ -61,7 +61,7 @@ std::string log_key_name(std::string_view key_prefix, const limit::store_key& k,
 }
 
 void build_call(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
-                const limit::check_request& r, std::optional<limit::usec> now_override) {
+                const limit::check_request& r, std::optional<limit::usec> now_override, bool with_undo) {
     argv.emplace_back("EVALSHA");
     argv.emplace_back(sha);
     const std::size_t numkeys_at = argv.size();
@@ -99,9 +99,37 @@ void build_call(std::vector<std::string>& argv, std::string_view sha, std::strin
             argv.push_back(t.id);
         }
     }
+    if (with_undo) argv.emplace_back("u");
 }
 
-limit::check_result parse_reply(const redisReply* reply, const limit::check_request& r) {
+void build_undo(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
+                const limit::store_key& k, std::int64_t cost, const undo_record& u) {
+    argv.emplace_back("EVALSHA");
+    argv.emplace_back(sha);
+    const std::size_t numkeys_at = argv.size();
+    argv.emplace_back();
+    argv.push_back(key_name(key_prefix, k));
+    std::size_t numkeys = 1;
+    for (const auto& t : k.tiers) {
+        if (t.algo != config::algorithm::log) continue;
+        argv.push_back(log_key_name(key_prefix, k, t));
+        ++numkeys;
+    }
+    argv[numkeys_at] = std::to_string(numkeys);
+    argv.emplace_back();
+    argv.emplace_back("undo");
+    append_int(argv, cost);
+    argv.push_back(u.t_before);
+    argv.push_back(u.t_after);
+    for (std::size_t i = 0; i < k.tiers.size() && i < u.tiers.size(); ++i) {
+        argv.push_back(k.tiers[i].id);
+        argv.push_back(u.tiers[i].before);
+        argv.push_back(u.tiers[i].after);
+        argv.push_back(k.tiers[i].algo == config::algorithm::log ? u.tiers[i].log_seq : std::string());
+    }
+}
+
+limit::check_result parse_reply(const redisReply* reply, const limit::check_request& r, undo_record* undo) {
     if (!reply) return failure("no reply");
     if (reply->type == REDIS_REPLY_ERROR) {
         std::string_view msg(reply->str ? reply->str : "", reply->str ? reply->len : 0);
@@ -111,8 +139,9 @@ limit::check_result parse_reply(const redisReply* reply, const limit::check_requ
     if (reply->type != REDIS_REPLY_ARRAY) return failure("malformed reply: not an array");
     std::size_t tier_count = 0;
     for (const auto& k : r.keys) tier_count += k.tiers.size();
-    if (reply->elements != 2 + 3 * tier_count) return failure("malformed reply: wrong length");
-    for (std::size_t i = 0; i < reply->elements; ++i)
+    const std::size_t decided = 2 + 3 * tier_count;
+    if (reply->elements < decided) return failure("malformed reply: wrong length");
+    for (std::size_t i = 0; i < decided; ++i)
         if (!reply->element[i] || reply->element[i]->type != REDIS_REPLY_INTEGER)
             return failure("malformed reply: not an integer");
     auto at = [&](std::size_t i) { return reply->element[i]->integer; };
@@ -130,6 +159,20 @@ limit::check_result parse_reply(const redisReply* reply, const limit::check_requ
             res.verdict.tiers.push_back({&t, k, at(e), at(e + 1), at(e + 2) == 1});
             e += 3;
         }
+    }
+    const std::size_t recorded = undo && res.verdict.allowed ? 2 + 3 * tier_count : 0;
+    if (reply->elements != decided + recorded) return failure("malformed reply: wrong length");
+    if (recorded) {
+        if (r.keys.size() != 1) return failure("malformed reply: undo record of several identifiers");
+        for (std::size_t i = decided; i < reply->elements; ++i)
+            if (!reply->element[i] || reply->element[i]->type != REDIS_REPLY_STRING)
+                return failure("malformed reply: undo record not a string");
+        auto str = [&](std::size_t i) { return std::string(reply->element[i]->str, reply->element[i]->len); };
+        undo->t_before = str(decided);
+        undo->t_after = str(decided + 1);
+        undo->tiers.clear();
+        for (std::size_t i = decided + 2; i < reply->elements; i += 3)
+            undo->tiers.push_back({str(i), str(i + 1), str(i + 2)});
     }
     return res;
 }

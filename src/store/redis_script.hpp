@@ -31,14 +31,34 @@ extern const char* const rate_limit_lua;
 
 namespace redis_script {
 
+// What one identifier's commit wrote, so that it can be taken back (Redis Cluster: another
+// node denied the same request). Strings as the script stores them, "" for none.
+struct undo_record {
+    struct field {
+        std::string before, after;
+        std::string log_seq;  // a log tier: the first sequence number of its new entries
+    };
+    std::string t_before, t_after;  // the HASH's "@t"
+    std::vector<field> tiers;       // in tier order
+};
+
 // Appends the full EVALSHA command: "EVALSHA", sha, numkeys, KEYS..., ARGV...
 // `now_override` is for tests only: production passes "" and the script reads TIME.
+// `with_undo` (a request of one identifier): the reply carries the commit's undo_record.
 void build_call(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
-                const limit::check_request& r, std::optional<limit::usec> now_override = std::nullopt);
+                const limit::check_request& r, std::optional<limit::usec> now_override = std::nullopt,
+                bool with_undo = false);
 
 // The decision, or status::error with a short message for error replies / malformed replies.
 // Fills decision.tiers with pointers to the request's tiers (in request order), key_index set.
-limit::check_result parse_reply(const redisReply* reply, const limit::check_request& r);
+// With `undo` (the call was built with_undo) and an admission, it also reads the record.
+limit::check_result parse_reply(const redisReply* reply, const limit::check_request& r,
+                                undo_record* undo = nullptr);
+
+// The EVALSHA that takes back the commit `u` of identifier `k` (same tiers, same cost). Its
+// reply is the number of fields restored (fewer when the identifier admitted again since).
+void build_undo(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
+                const limit::store_key& k, std::int64_t cost, const undo_record& u);
 
 // An error reply starting with "NOSCRIPT": the script was not run; load it and resend.
 bool is_noscript(const redisReply* reply);

@@ -817,6 +817,93 @@ TEST_CASE("redis_script: production clock, denials write nothing, TTLs only grow
     CHECK(str(srv.cmd({"HGET", hash, "@e"}).get()) == std::to_string(exp_before));
 }
 
+TEST_CASE("redis_script: an admission's undo record takes it back exactly") {
+    redis_server srv;
+    harness h{srv, load_script(srv)};
+    std::vector<limit::tier> tiers{make_tier(algorithm::sliding, 6, 60'000, 6'000),
+                                   make_tier(algorithm::fixed, 9, 10'000, 0, 0, "f"),
+                                   make_tier(algorithm::gcra, 5, 1'000, 3, 0, "g"),
+                                   make_tier(algorithm::log, 6, 30'000, 0, 200, "l")};
+    std::vector<limit::store_key> keys{{'u', digest_of(21), tiers}};
+    limit::check_request r{keys, 1};
+    // The state without "@e" and TTLs: an undo leaves a lengthened expiry alone.
+    auto contents = [&] {
+        std::string out;
+        for (const auto& n : h.key_names(r)) {
+            if (n.find(":log:") != std::string::npos) {
+                out += str(srv.cmd({"ZRANGE", n, "0", "-1", "WITHSCORES"}).get()) + "\n";
+                continue;
+            }
+            auto all = srv.cmd({"HGETALL", n});
+            std::vector<std::string> pairs;
+            for (std::size_t e = 0; e + 1 < all->elements; e += 2)
+                if (str(all->element[e]) != "@e") pairs.push_back(str(all->element[e]) + "=" + str(all->element[e + 1]));
+            std::sort(pairs.begin(), pairs.end());
+            for (const auto& p : pairs) out += p + ";";
+            out += "\n";
+        }
+        return out;
+    };
+    auto commit = [&](usec now, rs::undo_record& u) {
+        std::vector<std::string> argv;
+        rs::build_call(argv, h.sha, h.prefix, r, now, true);
+        auto reply = srv.cmd(argv);
+        return rs::parse_reply(reply.get(), r, &u);
+    };
+    auto undo = [&](const rs::undo_record& u) {
+        std::vector<std::string> argv;
+        rs::build_undo(argv, h.sha, h.prefix, keys[0], r.cost, u);
+        return srv.cmd(argv)->integer;
+    };
+
+    const usec t0 = 1'700'000'000 * SEC;
+    rs::undo_record first;
+    const std::string empty = contents();
+    auto got = commit(t0, first);
+    REQUIRE(got.state == limit::check_result::status::ok);
+    REQUIRE(got.verdict.allowed);
+    REQUIRE(first.tiers.size() == tiers.size());
+    CHECK(first.t_before.empty());
+    CHECK(undo(first) == 4);
+    CHECK(contents() == empty);  // a new identifier is gone again (but for "@e")
+
+    // On a key with history, at a later time: every tier as it was, the log's entry gone.
+    for (int i = 0; i < 2; ++i) REQUIRE(h.script(r, t0 + i * 300 * MS).verdict.allowed);
+    const std::string before = contents();
+    rs::undo_record u;
+    got = commit(t0 + 900 * MS, u);
+    REQUIRE(got.verdict.allowed);
+    CHECK(contents() != before);
+    CHECK(undo(u) == 4);
+    CHECK(contents() == before);
+    // The same request is then decided as if the undone one had never been.
+    auto again = h.script(r, t0 + 900 * MS);
+    REQUIRE(again.verdict.allowed);
+    for (std::size_t i = 0; i < tiers.size(); ++i) {
+        CHECK(again.verdict.tiers[i].remaining == got.verdict.tiers[i].remaining);
+        CHECK(again.verdict.tiers[i].reset == got.verdict.tiers[i].reset);
+    }
+
+    // An admission after the commit: the fields stay (charged twice: at worst under-admission),
+    // the undone commit's log entry still goes.
+    rs::undo_record late;
+    REQUIRE(commit(t0 + 1'500 * MS, late).verdict.allowed);
+    REQUIRE(h.script(r, t0 + 1'800 * MS).verdict.allowed);
+    const auto log_key = rs::log_key_name(h.prefix, keys[0], tiers[3]);
+    const auto entries = srv.cmd({"ZCARD", log_key})->integer;
+    CHECK(undo(late) == 0);
+    CHECK(srv.cmd({"ZCARD", log_key})->integer == entries - 1);
+
+    // A denial carries no record.
+    rs::undo_record none;
+    for (int i = 0; i < 6; ++i) (void)commit(t0 + 2 * SEC, none);
+    none = {};
+    got = commit(t0 + 2 * SEC, none);
+    REQUIRE(got.state == limit::check_result::status::ok);
+    CHECK_FALSE(got.verdict.allowed);
+    CHECK(none.tiers.empty());
+}
+
 TEST_CASE("redis_script: NOSCRIPT after SCRIPT FLUSH, then reload") {
     redis_server srv;
     const auto sha = load_script(srv);
