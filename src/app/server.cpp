@@ -112,10 +112,6 @@ void gateway::collect_expired() {
 
 bool gateway::start_store() {
     using kind = config::store_config::kind;
-    if (cfg_->store.type == kind::redis_cluster) {
-        spdlog::error("store.type redis-cluster is not supported yet; use redis (one node) or memory");
-        return false;
-    }
     if (cfg_->store.type == kind::memory) {
         memory_ = std::make_unique<store::memory_store>(cfg_->store.memory_max_keys);
         auto* mem = memory_.get();

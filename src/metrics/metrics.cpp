@@ -110,6 +110,13 @@ void registry::add_redis(std::vector<const redis_counters*> stores, std::functio
             sum(&rc::noscript_reloads));
         add("sluice_redis_connections_lost_total", "Connections to Redis lost (closed, I/O error, stalled).",
             MetricType::Counter, sum(&rc::connection_lost));
+        add("sluice_redis_redirects_total", "Redis Cluster MOVED and ASK replies followed.", MetricType::Counter,
+            sum(&rc::redirects));
+        add("sluice_redis_slot_map_refreshes_total", "Redis Cluster slot maps read.", MetricType::Counter,
+            sum(&rc::slot_refreshes));
+        add("sluice_redis_undos_total",
+            "Redis Cluster commits taken back because another node denied the same request.", MetricType::Counter,
+            sum(&rc::undos));
         add("sluice_redis_connected", "Workers whose Redis connection is ready.", MetricType::Gauge,
             static_cast<double>(connected()));
         return out;

@@ -105,6 +105,9 @@ struct redis_counters {
     cell reconnects;        // connections established after the first
     cell noscript_reloads;  // SCRIPT LOADs sent after a NOSCRIPT reply
     cell connection_lost;   // connections dropped (peer closed, I/O error, stall)
+    cell redirects;         // Redis Cluster: MOVED and ASK replies followed
+    cell slot_refreshes;    // Redis Cluster: slot maps read (CLUSTER SLOTS)
+    cell undos;             // Redis Cluster: commits taken back (another node denied)
 };
 
 class registry {

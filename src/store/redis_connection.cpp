@@ -122,11 +122,14 @@ void redis_connection::stop() {
     }
 }
 
-awaitable<redis_connection::result> redis_connection::call(std::vector<std::string> argv, bool resend_on_noscript) {
+awaitable<redis_connection::result> redis_connection::call_formatted(std::string command, bool resend_on_noscript,
+                                                                     bool asking) {
     if (stopped_) co_return result{error::stopped, nullptr};
     if (!connected_ || !pipeline_.ready()) co_return result{error::not_ready, nullptr};
     const auto deadline = redis_clock::now() + opts_.timeout;
-    auto pushed = pipeline_.push(format_command(argv), deadline, resend_on_noscript);
+    // Its reply finds no waiter and is dropped; the pipeline keeps the two adjacent.
+    if (asking) (void)pipeline_.push(format_command({"ASKING"}), deadline, false);
+    auto pushed = pipeline_.push(std::move(command), deadline, resend_on_noscript);
     if (pushed.error == redis_pipeline::push_error::overloaded) co_return result{error::overloaded, nullptr};
     if (pushed.error != redis_pipeline::push_error::none) co_return result{error::not_ready, nullptr};
     wake_writer();

@@ -87,9 +87,15 @@ public:
     // Closes the connection and fails every outstanding call; no reconnect after it.
     void stop();
 
-    // Sends one command. resend_on_noscript: it is an EVALSHA of options.script.
+    // Sends one command. resend_on_noscript: it is an EVALSHA of options.script. asking:
+    // ASKING goes just before it (Redis Cluster, a slot being migrated here).
     // The argv is taken by value (coroutine argument).
-    boost::asio::awaitable<result> call(std::vector<std::string> argv, bool resend_on_noscript = false);
+    boost::asio::awaitable<result> call(std::vector<std::string> argv, bool resend_on_noscript = false,
+                                        bool asking = false) {
+        return call_formatted(format_command(argv), resend_on_noscript, asking);
+    }
+    // The same, for a command already in RESP (format_command()).
+    boost::asio::awaitable<result> call_formatted(std::string command, bool resend_on_noscript, bool asking);
 
     // Connected and the handshake (script included) done. Any thread.
     bool ready() const { return ready_.load(std::memory_order_acquire); }

@@ -1,12 +1,44 @@
 #include "store/redis_store.hpp"
 
-#include "store/redis_script.hpp"
+#include "store/cluster_slots.hpp"
 
 #include <spdlog/spdlog.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <openssl/evp.h>
 
 namespace sluice::store {
 
-// --- redis_store -----------------------------------------------------------------------
+namespace asio = boost::asio;
+
+namespace {
+
+// Redis names a script by the SHA1 of its text, in lowercase hex.
+std::string script_sha1(const std::string& script) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (EVP_Digest(script.data(), script.size(), md, &len, EVP_sha1(), nullptr) != 1)
+        throw std::runtime_error("SHA1 unavailable");
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string out;
+    for (unsigned i = 0; i < len; ++i) {
+        out += digits[md[i] >> 4];
+        out += digits[md[i] & 0xf];
+    }
+    return out;
+}
+
+limit::check_result error_result(std::string why) {
+    limit::check_result out;
+    out.state = limit::check_result::status::error;
+    out.error = std::move(why);
+    return out;
+}
+
+}  // namespace
 
 redis_store::redis_store(const config::store_config& c, const redis_store_options& o)
     : conn_opts_(redis_connection_options::from(c, o.script.empty() ? std::string(rate_limit_lua) : o.script)),
@@ -14,12 +46,23 @@ redis_store::redis_store(const config::store_config& c, const redis_store_option
       counters_(std::make_shared<redis_counters>()),
       cache_(o.deny_cache_max) {
     conn_opts_.max_in_flight = o.max_in_flight;
+    if (c.type == config::store_config::kind::redis_cluster) {
+        seeds_ = c.redis_nodes;
+        cluster_sha_ = script_sha1(conn_opts_.script);
+    }
 }
 
 redis_store::~redis_store() = default;
 
 void redis_store::start(boost::asio::any_io_executor ex) {
-    if (conn_) return;
+    if (conn_ || cluster_) return;
+    ex_ = ex;
+    if (!seeds_.empty()) {
+        cluster_ = redis_cluster::create(std::move(ex), conn_opts_, seeds_, counters_);
+        started_.store(true, std::memory_order_release);
+        cluster_->start();
+        return;
+    }
     conn_ = redis_connection::create(std::move(ex), conn_opts_, counters_);
     started_.store(true, std::memory_order_release);
     conn_->start();
@@ -27,9 +70,16 @@ void redis_store::start(boost::asio::any_io_executor ex) {
 
 void redis_store::stop() {
     if (conn_) conn_->stop();
+    if (cluster_) cluster_->stop();
 }
 
-bool redis_store::ready() const { return started_.load(std::memory_order_acquire) && conn_->ready(); }
+bool redis_store::ready() const {
+    if (!started_.load(std::memory_order_acquire)) return false;
+    return cluster_ ? cluster_->ready() : conn_->ready();
+}
+
+// Whether a check can be tried: with a cluster, one lost node fails only its own slots.
+bool redis_store::can_call() const { return cluster_ ? cluster_->usable() : ready(); }
 
 void redis_store::on_reload() {
     ++generation_;
@@ -39,10 +89,7 @@ void redis_store::on_reload() {
 
 limit::check_result redis_store::failed(const char* why) {
     counters_->errors.add();
-    limit::check_result out;
-    out.state = limit::check_result::status::error;
-    out.error = why;
-    return out;
+    return error_result(why);
 }
 
 std::optional<limit::check_result> redis_store::try_check(const limit::check_request& r) {
@@ -55,7 +102,7 @@ std::optional<limit::check_result> redis_store::try_check(const limit::check_req
             return out;
         }
         counters_->deny_cache_size.set(cache_.size());
-        if (!ready()) return failed("redis not connected");
+        if (!can_call()) return failed("redis not connected");
         return std::nullopt;
     } catch (const std::exception&) {
         return failed("out of memory");
@@ -63,15 +110,15 @@ std::optional<limit::check_result> redis_store::try_check(const limit::check_req
 }
 
 boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_request r) {
-    if (!conn_) co_return failed("redis store not started");
+    if (!conn_ && !cluster_) co_return failed("redis store not started");
     try {
         const auto asked = redis_clock::now();
         const auto generation = generation_;
-        std::vector<std::string> argv;
-        redis_script::build_call(argv, conn_->script_sha(), key_prefix_, r);
-        auto reply = co_await conn_->call(std::move(argv), true);
-        if (!reply.ok()) co_return failed(redis_connection::to_string(reply.failure));
-        auto out = redis_script::parse_reply(reply.reply.get(), r);
+        limit::check_result out;  // (not `?:` over two co_awaits: GCC 12 frees the result early)
+        if (cluster_)
+            out = co_await decide_on_cluster(r);
+        else
+            out = co_await decide_on_node(r);
         if (out.state == limit::check_result::status::error) {
             counters_->errors.add();
             co_return out;
@@ -85,6 +132,69 @@ boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_requ
         spdlog::warn("redis store: {}", e.what());
     }
     co_return failed("redis store failure");
+}
+
+boost::asio::awaitable<limit::check_result> redis_store::decide_on_node(const limit::check_request& r) {
+    std::vector<std::string> argv;
+    redis_script::build_call(argv, conn_->script_sha(), key_prefix_, r);
+    auto reply = co_await conn_->call(std::move(argv), true);
+    if (!reply.ok()) co_return error_result(redis_connection::to_string(reply.failure));
+    co_return redis_script::parse_reply(reply.reply.get(), r);
+}
+
+boost::asio::awaitable<limit::check_result> redis_store::decide_part(limit::check_request r, std::size_t key,
+                                                                     redis_script::undo_record* undo) {
+    const limit::check_request one{r.keys.subspan(key, 1), r.cost};
+    std::vector<std::string> argv;
+    redis_script::build_call(argv, cluster_sha_, key_prefix_, one, std::nullopt, undo != nullptr);
+    const auto slot = cluster::key_slot(argv[3]);  // the identifier's HASH: its hash tag
+    auto reply = co_await cluster_->call(slot, std::move(argv), true);
+    if (!reply.ok()) co_return error_result(redis_connection::to_string(reply.failure));
+    auto out = redis_script::parse_reply(reply.reply.get(), one, undo);
+    for (auto& t : out.verdict.tiers) t.key_index = key;
+    co_return out;
+}
+
+boost::asio::awaitable<limit::check_result> redis_store::decide_on_cluster(const limit::check_request& r) {
+    const std::size_t n = r.keys.size();
+    if (n == 1) co_return co_await decide_part(r, 0, nullptr);
+
+    // Every identifier at once, each on its own node (or pipelined on a shared one).
+    std::vector<redis_script::undo_record> undo(n);
+    using part_op = decltype(asio::co_spawn(ex_, decide_part(r, 0, nullptr), asio::deferred));
+    std::vector<part_op> ops;
+    ops.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) ops.push_back(asio::co_spawn(ex_, decide_part(r, i, &undo[i]), asio::deferred));
+    auto [order, errors, parts] = co_await asio::experimental::make_parallel_group(std::move(ops))
+                                      .async_wait(asio::experimental::wait_for_all(), asio::use_awaitable);
+    (void)order;
+    for (const auto& e : errors)
+        if (e) std::rethrow_exception(e);
+
+    limit::check_result out;
+    for (auto& p : parts) {
+        if (p.state == limit::check_result::status::error) co_return std::move(p);
+        out.verdict.allowed = out.verdict.allowed && p.verdict.allowed;
+        out.verdict.retry_after = std::max(out.verdict.retry_after, p.verdict.retry_after);
+        for (auto& t : p.verdict.tiers) out.verdict.tiers.push_back(t);
+    }
+    if (out.verdict.allowed) co_return out;
+
+    // Denied somewhere: take back what the others committed.
+    for (std::size_t i = 0; i < n; ++i) {
+        if (!parts[i].verdict.allowed) continue;
+        std::vector<std::string> argv;
+        redis_script::build_undo(argv, cluster_sha_, key_prefix_, r.keys[i], r.cost, undo[i]);
+        const auto slot = cluster::key_slot(argv[3]);
+        auto reply = co_await cluster_->call(slot, std::move(argv), true);
+        if (reply.ok() && reply.reply->type == REDIS_REPLY_INTEGER) {
+            counters_->undos.add();
+        } else {
+            spdlog::warn("redis cluster: a commit could not be taken back ({}); its identifier stays charged",
+                         reply.ok() ? "error reply" : redis_connection::to_string(reply.failure));
+        }
+    }
+    co_return out;
 }
 
 }  // namespace sluice::store

@@ -1,13 +1,19 @@
 // The Redis store: limit state lives in Redis, decided by one EVALSHA of the rate-limit
 // script per request over the worker's pipelined connection (DESIGN.md, "Concurrency" and
-// "Limits and the data model").
+// "Limits and the data model"). With store.type redis-cluster, one EVALSHA per identifier
+// (each is one hash slot), sent in parallel to the nodes serving them; when one denies,
+// the commits of the others are taken back (redis_script::build_undo), so a denied request
+// leaves every tier as it found it unless the same identifier was admitted in between
+// (then its cost stays counted: under-admission, never over-admission).
 //
 // Contract:
 //  - try_check() answers without a round trip: 429 from the local deny cache while a
 //    cached denial holds, an error at once while Redis is not ready; else nullopt.
 //  - check() answers by store.redis.timeout: the decision, or an error (the caller applies
 //    store.on_error). It never throws. A written EVALSHA is never resent (except after
-//    NOSCRIPT, when it did not run).
+//    NOSCRIPT, MOVED or ASK, when it did not run). A cluster request whose identifiers
+//    got an admission and an error answers the error and takes nothing back (the outcome
+//    of the failed call is unknown).
 //  - keys_held() is 0: Redis holds the identifiers (the deny cache's size is in
 //    counters().deny_cache_size).
 //
@@ -19,7 +25,9 @@
 #include "config/config.hpp"
 #include "limit/deny_cache.hpp"
 #include "limit/store.hpp"
+#include "store/redis_cluster.hpp"
 #include "store/redis_connection.hpp"
+#include "store/redis_script.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 
@@ -56,16 +64,26 @@ public:
     bool ready() const override;
 
     const redis_counters& counters() const { return *counters_; }
-    // For tests: the connection (null before start()).
+    // For tests: the connection (null before start(), and with a cluster).
     redis_connection* connection() { return conn_.get(); }
 
 private:
     limit::check_result failed(const char* why);
+    bool can_call() const;
+    boost::asio::awaitable<limit::check_result> decide_on_node(const limit::check_request& r);
+    boost::asio::awaitable<limit::check_result> decide_on_cluster(const limit::check_request& r);
+    // One identifier of `r` on the node serving its slot; with `undo`, its commit's record.
+    boost::asio::awaitable<limit::check_result> decide_part(limit::check_request r, std::size_t key,
+                                                            redis_script::undo_record* undo);
 
     redis_connection_options conn_opts_;
     std::string key_prefix_;
     std::shared_ptr<redis_counters> counters_;
-    std::shared_ptr<redis_connection> conn_;
+    std::shared_ptr<redis_connection> conn_;     // store.type redis
+    std::vector<config::host_port> seeds_;       // store.type redis-cluster: its seed nodes
+    std::shared_ptr<redis_cluster> cluster_;     // store.type redis-cluster
+    std::string cluster_sha_;                    // the script's SHA1, the same on every node
+    boost::asio::any_io_executor ex_;
     std::atomic<bool> started_{false};
     limit::deny_cache cache_;
     std::uint64_t generation_ = 0;  // bumped by on_reload(): a check begun before it caches nothing
