@@ -10,8 +10,7 @@ std::uint16_t crc16(std::string_view s) {
     std::uint16_t crc = 0;
     for (unsigned char c : s) {
         crc ^= static_cast<std::uint16_t>(c << 8);
-        for (int i = 0; i < 8; ++i)
-            crc = static_cast<std::uint16_t>(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
+        for (int i = 0; i < 8; ++i) crc = static_cast<std::uint16_t>(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
     }
     return crc;
 }
@@ -68,7 +67,8 @@ std::optional<std::vector<slot_range>> parse_slots(const redisReply* reply, std:
             return std::nullopt;
         std::string_view host = text(node->element[0]);
         if (host.empty() || host == "?") host = fallback_host;
-        out.push_back({static_cast<std::uint16_t>(first), static_cast<std::uint16_t>(last),
+        out.push_back({static_cast<std::uint16_t>(first),
+                       static_cast<std::uint16_t>(last),
                        {std::string(host), static_cast<std::uint16_t>(port)}});
     }
     return out;

@@ -33,11 +33,7 @@ std::shared_ptr<redis_cluster> redis_cluster::create(asio::any_io_executor ex, r
 
 redis_cluster::redis_cluster(asio::any_io_executor ex, redis_connection_options base,
                              std::vector<config::host_port> seeds, std::shared_ptr<redis_counters> counters)
-    : ex_(std::move(ex)),
-      base_(std::move(base)),
-      seeds_(std::move(seeds)),
-      counters_(std::move(counters)),
-      wake_(ex_) {
+    : ex_(std::move(ex)), base_(std::move(base)), seeds_(std::move(seeds)), counters_(std::move(counters)), wake_(ex_) {
     slots_.fill(-1);
 }
 

@@ -54,8 +54,8 @@ private:
         std::shared_ptr<redis_connection> conn;
     };
 
-    redis_cluster(boost::asio::any_io_executor ex, redis_connection_options base,
-                  std::vector<config::host_port> seeds, std::shared_ptr<redis_counters> counters);
+    redis_cluster(boost::asio::any_io_executor ex, redis_connection_options base, std::vector<config::host_port> seeds,
+                  std::shared_ptr<redis_counters> counters);
 
     // The node at `a`, connecting to it if it is new.
     std::size_t node_at(const config::host_port& a);

@@ -52,8 +52,7 @@ void build_call(std::vector<std::string>& argv, std::string_view sha, std::strin
 // The decision, or status::error with a short message for error replies / malformed replies.
 // Fills decision.tiers with pointers to the request's tiers (in request order), key_index set.
 // With `undo` (the call was built with_undo) and an admission, it also reads the record.
-limit::check_result parse_reply(const redisReply* reply, const limit::check_request& r,
-                                undo_record* undo = nullptr);
+limit::check_result parse_reply(const redisReply* reply, const limit::check_request& r, undo_record* undo = nullptr);
 
 // The EVALSHA that takes back the commit `u` of identifier `k` (same tiers, same cost). Its
 // reply is the number of fields restored (fewer when the identifier admitted again since).

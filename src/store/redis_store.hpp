@@ -79,10 +79,10 @@ private:
     redis_connection_options conn_opts_;
     std::string key_prefix_;
     std::shared_ptr<redis_counters> counters_;
-    std::shared_ptr<redis_connection> conn_;     // store.type redis
-    std::vector<config::host_port> seeds_;       // store.type redis-cluster: its seed nodes
-    std::shared_ptr<redis_cluster> cluster_;     // store.type redis-cluster
-    std::string cluster_sha_;                    // the script's SHA1, the same on every node
+    std::shared_ptr<redis_connection> conn_;  // store.type redis
+    std::vector<config::host_port> seeds_;    // store.type redis-cluster: its seed nodes
+    std::shared_ptr<redis_cluster> cluster_;  // store.type redis-cluster
+    std::string cluster_sha_;                 // the script's SHA1, the same on every node
     boost::asio::any_io_executor ex_;
     std::atomic<bool> started_{false};
     limit::deny_cache cache_;

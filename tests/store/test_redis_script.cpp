@@ -820,10 +820,9 @@ TEST_CASE("redis_script: production clock, denials write nothing, TTLs only grow
 TEST_CASE("redis_script: an admission's undo record takes it back exactly") {
     redis_server srv;
     harness h{srv, load_script(srv)};
-    std::vector<limit::tier> tiers{make_tier(algorithm::sliding, 6, 60'000, 6'000),
-                                   make_tier(algorithm::fixed, 9, 10'000, 0, 0, "f"),
-                                   make_tier(algorithm::gcra, 5, 1'000, 3, 0, "g"),
-                                   make_tier(algorithm::log, 6, 30'000, 0, 200, "l")};
+    std::vector<limit::tier> tiers{
+        make_tier(algorithm::sliding, 6, 60'000, 6'000), make_tier(algorithm::fixed, 9, 10'000, 0, 0, "f"),
+        make_tier(algorithm::gcra, 5, 1'000, 3, 0, "g"), make_tier(algorithm::log, 6, 30'000, 0, 200, "l")};
     std::vector<limit::store_key> keys{{'u', digest_of(21), tiers}};
     limit::check_request r{keys, 1};
     // The state without "@e" and TTLs: an undo leaves a lengthened expiry alone.
@@ -837,7 +836,8 @@ TEST_CASE("redis_script: an admission's undo record takes it back exactly") {
             auto all = srv.cmd({"HGETALL", n});
             std::vector<std::string> pairs;
             for (std::size_t e = 0; e + 1 < all->elements; e += 2)
-                if (str(all->element[e]) != "@e") pairs.push_back(str(all->element[e]) + "=" + str(all->element[e + 1]));
+                if (str(all->element[e]) != "@e")
+                    pairs.push_back(str(all->element[e]) + "=" + str(all->element[e + 1]));
             std::sort(pairs.begin(), pairs.end());
             for (const auto& p : pairs) out += p + ";";
             out += "\n";

@@ -1,0 +1,393 @@
+// Gateways on a real Redis Cluster (redis-server --cluster-enabled yes, made with
+// redis-cli --cluster create): exact across primaries, denials charge nothing anywhere,
+// through a resharding and a primary's failover.
+#include "e2e.hpp"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+
+using namespace sluice::test;
+using namespace std::chrono;
+
+namespace {
+
+// Runs a command to its end (bounded) and returns what it printed.
+std::string run(std::vector<std::string> argv, milliseconds limit = seconds(60)) {
+    process p(std::move(argv));
+    if (!p.wait_exit(limit)) throw std::runtime_error("command did not finish");
+    return p.output();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);)
+        if (!l.empty()) out.push_back(l);
+    return out;
+}
+
+bool can_bind(std::uint16_t port) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    return ok;
+}
+
+// A node's port: its cluster bus listens 10000 higher, so both must be free (and the
+// port at most 55535).
+std::uint16_t cluster_port() {
+    static std::mt19937 rng(std::random_device{}());
+    for (int i = 0; i < 1000; ++i) {
+        const auto p = static_cast<std::uint16_t>(std::uniform_int_distribution<int>(20000, 55535)(rng));
+        if (can_bind(p) && can_bind(static_cast<std::uint16_t>(p + 10000))) return p;
+    }
+    throw std::runtime_error("no free port pair for a cluster node");
+}
+
+// A cluster of `primaries` primaries with `replicas` replicas each, on loopback ports.
+struct cluster_nodes {
+    cluster_nodes(int primaries, int replicas) : dir(make_temp_dir()) {
+        const int n = primaries * (1 + replicas);
+        for (int i = 0; i < n; ++i) {
+            const auto port = cluster_port();
+            ports.push_back(port);
+            const auto p = std::to_string(port);
+            procs.push_back(std::make_unique<process>(std::vector<std::string>{
+                "redis-server", "--port", p, "--bind", "127.0.0.1", "--cluster-enabled", "yes", "--cluster-config-file",
+                dir + "/nodes-" + p + ".conf", "--cluster-node-timeout", "1000", "--dir", dir, "--save", "",
+                "--appendonly", "no", "--maxmemory-policy", "noeviction"}));
+        }
+        for (auto& p : procs) p->wait_for_line("Ready to accept connections");
+        std::vector<std::string> create{"redis-cli", "--cluster", "create"};
+        for (auto port : ports) create.push_back("127.0.0.1:" + std::to_string(port));
+        create.insert(create.end(), {"--cluster-replicas", std::to_string(replicas), "--cluster-yes"});
+        run(create);
+        // Every node agrees the cluster is up, and every primary has its replicas in sync.
+        REQUIRE(eventually(
+            [&] {
+                for (auto port : ports)
+                    if (cli(port, {"CLUSTER", "INFO"}).find("cluster_state:ok") == std::string::npos) return false;
+                return primary_ports().size() == static_cast<std::size_t>(primaries);
+            },
+            seconds(30)));
+        if (replicas > 0)
+            REQUIRE(eventually(
+                [&] {
+                    for (auto port : ports) {
+                        auto info = cli(port, {"INFO", "replication"});
+                        if (info.find("role:slave") != std::string::npos &&
+                            info.find("master_link_status:up") == std::string::npos)
+                            return false;
+                    }
+                    return true;
+                },
+                seconds(30)));
+    }
+
+    std::string cli(std::uint16_t port, std::vector<std::string> args) const {
+        std::vector<std::string> argv{"redis-cli", "-p", std::to_string(port)};
+        argv.insert(argv.end(), args.begin(), args.end());
+        return run(argv, seconds(10));
+    }
+
+    std::set<std::uint16_t> primary_ports() const {
+        std::set<std::uint16_t> out;
+        for (std::size_t i = 0; i < ports.size(); ++i) {
+            if (!procs[i]->running()) continue;
+            if (cli(ports[i], {"ROLE"}).starts_with("master")) out.insert(ports[i]);
+        }
+        return out;
+    }
+
+    // The keys a primary holds that match `pattern`.
+    std::vector<std::string> keys(std::uint16_t port, const std::string& pattern) const {
+        return lines_of(cli(port, {"--scan", "--pattern", pattern}));
+    }
+
+    std::string node_id(std::uint16_t port) const {
+        auto id = cli(port, {"CLUSTER", "MYID"});
+        while (!id.empty() && (id.back() == '\n' || id.back() == '\r')) id.pop_back();
+        return id;
+    }
+
+    std::string dir;
+    std::vector<std::uint16_t> ports;
+    std::vector<std::unique_ptr<process>> procs;
+};
+
+// A tier field's count ("<last>;<total>|<newest>|...": the total, or the newest bucket's
+// count when there is no older one); 0 when the field is absent.
+long stored_count(const std::string& hgetall) {
+    auto lines = lines_of(hgetall);
+    for (std::size_t i = 0; i + 1 < lines.size(); i += 2) {
+        if (lines[i].starts_with("@")) continue;
+        const auto& v = lines[i + 1];
+        const auto semi = v.find(';');
+        const auto bar = v.find('|', semi);
+        const auto bar2 = v.find('|', bar + 1);
+        if (semi == std::string::npos || bar == std::string::npos || bar2 == std::string::npos) return -1;
+        const auto total = v.substr(semi + 1, bar - semi - 1);
+        return std::stol(total.empty() ? v.substr(bar + 1, bar2 - bar - 1) : total);
+    }
+    return 0;
+}
+
+std::string cluster_yaml(std::uint16_t seed, const std::string& timeout, const std::string& policies) {
+    return "store:\n  type: redis-cluster\n  on_error: deny\n  redis: { nodes: [\"127.0.0.1:" + std::to_string(seed) +
+           "\"], timeout: " + timeout + " }\nclients:\n  trusted_proxies: [\"127.0.0.1/32\"]\n" +
+           "  user: { api_key_header: X-API-Key }\n" + policies +
+           "routes:\n  - { match: { path_prefix: / }, policy: p }\n";
+}
+
+struct fleet {
+    fleet(std::size_t n, const std::string& yaml) {
+        up = start_upstream();
+        for (std::size_t i = 0; i < n; ++i)
+            gateways.push_back(
+                start_gateway(gateway_yaml(up->port, {}, yaml), {}, {{"SLUICE_HASH_SECRET", "cluster-secret"}}));
+        for (auto& g : gateways)
+            REQUIRE(eventually([&] { return fetch(g->admin_port, "GET", "/readyz").status == 200; }, seconds(20)));
+    }
+    double metric_sum(const std::string& sample) const {
+        double sum = 0;
+        for (auto& g : gateways) sum += metric_value(fetch(g->admin_port, "GET", "/metrics").body, sample);
+        return sum;
+    }
+    std::unique_ptr<upstream_server> up;
+    std::vector<std::unique_ptr<gateway>> gateways;
+};
+
+std::string client_ip(int i) { return "10." + std::to_string(i / 250) + "." + std::to_string(i % 250) + ".7"; }
+
+}  // namespace
+
+TEST_CASE("cluster: three gateways admit exactly the limit for identifiers on every primary") {
+    cluster_nodes c(3, 1);
+    fleet f(3, cluster_yaml(c.ports[0], "2s", "policies:\n  p:\n    ip: [ {limit: 10, per: 1h, precision: 6m} ]\n"));
+    constexpr int identities = 30, tries = 14;
+    std::map<int, int> admitted;
+    std::mutex mu;
+    std::atomic<int> errors{0};
+    std::vector<std::thread> clients;
+    for (int t = 0; t < 6; ++t)
+        clients.emplace_back([&, t] {
+            for (int id = t; id < identities; id += 6)
+                for (int i = 0; i < tries; ++i) {
+                    auto r = fetch(f.gateways[(id + i) % 3]->port, "GET", "/", {{"X-Forwarded-For", client_ip(id)}});
+                    std::lock_guard lock(mu);
+                    if (r.status == 200)
+                        ++admitted[id];
+                    else if (r.status != 429)
+                        ++errors;
+                }
+        });
+    for (auto& t : clients) t.join();
+    CHECK(errors == 0);
+    for (int id = 0; id < identities; ++id) {
+        CAPTURE(id);
+        CHECK(admitted[id] == 10);
+    }
+    // The identifiers are spread over every primary.
+    for (auto port : c.primary_ports()) {
+        CAPTURE(port);
+        CHECK_FALSE(c.keys(port, "sluice:{ip:*").empty());
+    }
+}
+
+TEST_CASE("cluster: ip and user on different primaries stay exact, and a denial charges nothing anywhere") {
+    cluster_nodes c(3, 0);
+    fleet f(2, cluster_yaml(c.ports[0], "2s",
+                            "policies:\n  p:\n    ip: [ {limit: 5, per: 1h, precision: 6m} ]\n"
+                            "    user: [ {limit: 3, per: 1h, precision: 6m} ]\n"));
+    // One client address, ten users: the address' limit admits five, the other five are
+    // denied by it, after their user keys (on any primary) admitted them.
+    for (int u = 0; u < 10; ++u) {
+        auto r = fetch(f.gateways[u % 2]->port, "GET", "/",
+                       {{"X-Forwarded-For", "192.0.2.1"}, {"X-API-Key", "user-" + std::to_string(u)}});
+        CHECK(r.status == (u < 5 ? 200 : 429));
+    }
+    // One user from six addresses: the user's limit admits three.
+    for (int i = 0; i < 6; ++i) {
+        auto r = fetch(f.gateways[i % 2]->port, "GET", "/",
+                       {{"X-Forwarded-For", "198.51.100." + std::to_string(i + 1)}, {"X-API-Key", "heavy"}});
+        CHECK(r.status == (i < 3 ? 200 : 429));
+    }
+
+    // What the cluster holds: every admitted request counted once, every denied one nowhere.
+    std::map<std::string, long> counts;  // key -> stored count
+    std::map<std::string, std::uint16_t> where;
+    for (auto port : c.primary_ports())
+        for (const auto& k : c.keys(port, "sluice:*")) {
+            counts[k] = stored_count(c.cli(port, {"HGETALL", k}));
+            where[k] = port;
+        }
+    std::map<long, int> ip_counts, user_counts;  // count -> how many keys hold it
+    std::set<std::uint16_t> user_nodes, ip_nodes;
+    for (const auto& [k, n] : counts) {
+        CAPTURE(k);
+        CHECK(n >= 0);
+        if (k.find("{user:") != std::string::npos) {
+            ++user_counts[n];
+            user_nodes.insert(where[k]);
+        } else {
+            ++ip_counts[n];
+            ip_nodes.insert(where[k]);
+        }
+    }
+    // Users: five admitted once, five denied (nothing), "heavy" three.
+    CHECK(user_counts[1] == 5);
+    CHECK(user_counts[0] == 5);
+    CHECK(user_counts[3] == 1);
+    // Addresses: 192.0.2.1 five, three of heavy's once, three denied (nothing).
+    CHECK(ip_counts[5] == 1);
+    CHECK(ip_counts[1] == 3);
+    CHECK(ip_counts[0] == 3);
+    for (const auto& [n, keys] : ip_counts) CHECK((n == 0 || n == 1 || n == 5));
+    for (const auto& [n, keys] : user_counts) CHECK((n == 0 || n == 1 || n == 3));
+    // The requests really were split over primaries.
+    std::set<std::uint16_t> all = user_nodes;
+    all.insert(ip_nodes.begin(), ip_nodes.end());
+    CHECK(all.size() >= 2);
+    CHECK(f.metric_sum("sluice_redis_undos_total") == 8);
+}
+
+TEST_CASE("cluster: a resharding while gateways run keeps every identifier exact") {
+    cluster_nodes c(3, 0);
+    // A limit no client reaches: every request goes to the cluster (no deny cache), and each
+    // admission must be counted exactly once wherever its slot is then.
+    fleet f(2, cluster_yaml(c.ports[0], "2s",
+                            "policies:\n  p:\n    ip: [ {limit: 1000000, per: 1h, algorithm: fixed} ]\n"));
+    constexpr int identities = 40;
+    std::map<int, long> admitted;
+    std::mutex mu;
+    std::atomic<bool> resharded{false};
+    std::atomic<int> errors{0};
+
+    // Slots move from the first primary to the second while clients send.
+    auto primaries = c.primary_ports();
+    REQUIRE(primaries.size() == 3);
+    const auto from = *primaries.begin(), to = *std::next(primaries.begin());
+    std::thread reshard([&] {
+        run({"redis-cli", "--cluster", "reshard", "127.0.0.1:" + std::to_string(from), "--cluster-from",
+             c.node_id(from), "--cluster-to", c.node_id(to), "--cluster-slots", "3000", "--cluster-yes"},
+            seconds(120));
+        resharded = true;
+    });
+    std::vector<std::thread> clients;
+    for (int t = 0; t < 4; ++t)
+        clients.emplace_back([&, t] {
+            // Until the resharding is over, then one more round: bounded by count.
+            for (int round = 0; round < 5000; ++round) {
+                const bool last = resharded.load();
+                for (int id = t; id < identities; id += 4) {
+                    auto r =
+                        fetch(f.gateways[(id + round) % 2]->port, "GET", "/", {{"X-Forwarded-For", client_ip(id)}});
+                    std::lock_guard lock(mu);
+                    if (r.status == 200)
+                        ++admitted[id];
+                    else
+                        ++errors;
+                }
+                if (last) break;
+            }
+        });
+    for (auto& t : clients) t.join();
+    reshard.join();
+    REQUIRE(resharded);
+    MESSAGE("answered 503 (store unreachable) during the resharding: " << errors.load());
+
+    // Each identifier's count, wherever its slot now is, is what was admitted.
+    std::map<std::string, long> stored;
+    for (auto port : c.primary_ports())
+        for (const auto& k : c.keys(port, "sluice:{ip:*")) stored[k] = stored_count(c.cli(port, {"HGETALL", k}));
+    std::multiset<long> want, got;
+    for (auto& [id, n] : admitted) want.insert(n);
+    for (auto& [k, n] : stored) got.insert(n);
+    CHECK(stored.size() == static_cast<std::size_t>(identities));
+    CHECK(got == want);
+    CHECK(f.metric_sum("sluice_redis_redirects_total") > 0);
+}
+
+TEST_CASE("cluster: a primary killed under load fails over, and no request waits past the timeout") {
+    cluster_nodes c(3, 1);
+    fleet f(2, cluster_yaml(c.ports[0], "300ms",
+                            "policies:\n  p:\n    ip: [ {limit: 100000, per: 1h, algorithm: fixed} ]\n"));
+    constexpr int identities = 24;
+    std::map<int, long> admitted;
+    std::mutex mu;
+    std::atomic<bool> stop{false};
+    std::atomic<long> slowest_ms{0}, failed{0};
+    std::vector<std::thread> clients;
+    for (int t = 0; t < 4; ++t)
+        clients.emplace_back([&, t] {
+            for (int round = 0; round < 100000 && !stop; ++round)
+                for (int id = t; id < identities && !stop; id += 4) {
+                    const auto start = steady_clock::now();
+                    auto r =
+                        fetch(f.gateways[(id + round) % 2]->port, "GET", "/", {{"X-Forwarded-For", client_ip(id)}});
+                    const long ms = duration_cast<milliseconds>(steady_clock::now() - start).count();
+                    long seen = slowest_ms.load();
+                    while (ms > seen && !slowest_ms.compare_exchange_weak(seen, ms)) {
+                    }
+                    std::lock_guard lock(mu);
+                    if (r.status == 200)
+                        ++admitted[id];
+                    else
+                        ++failed;
+                }
+        });
+    auto admitted_now = [&] {
+        std::lock_guard lock(mu);
+        long n = 0;
+        for (auto& [id, k] : admitted) n += k;
+        return n;
+    };
+    // Load flows, then the first primary dies.
+    REQUIRE(eventually([&] { return admitted_now() > 500; }));
+    const auto victim = *c.primary_ports().begin();
+    std::size_t victim_index = 0;
+    while (c.ports[victim_index] != victim) ++victim_index;
+    c.procs[victim_index]->signal(SIGKILL);
+    c.procs[victim_index]->wait_exit(seconds(5));
+    const auto killed_at = steady_clock::now();
+
+    // Its replica takes over; every gateway is ready again by itself.
+    for (auto& g : f.gateways)
+        REQUIRE(eventually([&] { return fetch(g->admin_port, "GET", "/readyz").status == 200; }, seconds(30)));
+    const auto recovered_ms = duration_cast<milliseconds>(steady_clock::now() - killed_at).count();
+    // Load continues a little on the new primary, then stops.
+    const long at_recovery = admitted_now();
+    REQUIRE(eventually([&] { return admitted_now() > at_recovery + 300; }));
+    stop = true;
+    for (auto& t : clients) t.join();
+
+    // What the cluster remembers against what was admitted: a promoted replica misses the
+    // writes not yet replicated when its primary died.
+    long total_admitted = 0, total_stored = 0;
+    for (auto& [id, n] : admitted) total_admitted += n;
+    for (auto port : c.primary_ports())
+        for (const auto& k : c.keys(port, "sluice:{ip:*")) total_stored += stored_count(c.cli(port, {"HGETALL", k}));
+    MESSAGE("failover: gateways ready again "
+            << recovered_ms << " ms after the kill; " << failed.load()
+            << " requests answered 503 meanwhile; slowest request " << slowest_ms.load() << " ms; " << total_admitted
+            << " admitted, " << total_stored << " remembered: " << total_admitted - total_stored << " forgotten");
+    CHECK(total_stored <= total_admitted);
+    CHECK(total_admitted - total_stored <= 50);
+    CHECK(slowest_ms.load() < 300 + 1500);  // the store timeout, and slack for a loaded machine
+    CHECK(failed.load() > 0);               // the dead primary's identifiers were refused meanwhile (on_error deny)
+}
