@@ -40,9 +40,16 @@ std::span<const limit::tier> fallback_store::divided(std::span<const limit::tier
 limit::check_result fallback_store::decide_locally(const limit::check_request& r, const std::string& why) {
     if (!degraded_.exchange(true, std::memory_order_relaxed)) state_.entered(why);
     counters_.local_decisions.add();
-    keys_.assign(r.keys.begin(), r.keys.end());
-    for (auto& k : keys_) k.tiers = divided(k.tiers);
-    return *local_.try_check({keys_, r.cost});
+    try {
+        keys_.assign(r.keys.begin(), r.keys.end());
+        for (auto& k : keys_) k.tiers = divided(k.tiers);
+        return *local_.try_check({keys_, r.cost});
+    } catch (const std::exception&) {
+        limit::check_result out;  // then store.on_error local fails open, as allow does
+        out.state = limit::check_result::status::error;
+        out.error = "out of memory";
+        return out;
+    }
 }
 
 void fallback_store::answered() {

@@ -5,7 +5,8 @@
 // Contract:
 //  - try_check() and check() give the shared store's answer when it has one. When it
 //    answers an error (not connected, timed out, failed), the request is decided on the
-//    local memory store over the divided tiers (limit::tier::divided()). Never an error.
+//    local memory store over the divided tiers (limit::tier::divided()). An error only when
+//    memory runs out (the caller then fails open).
 //  - A worker is degraded from its first local decision to the next answer the shared store
 //    gives it. The gateway's change (no worker degraded <-> some worker degraded) is logged
 //    once each way, by the shared fallback_state.
