@@ -230,3 +230,32 @@ TEST_CASE("fleet: Redis down with on_error local decides on each gateway's share
     CHECK(lines(degraded_line) == 1);
     CHECK(metric_value(fetch(gw->admin_port, "GET", "/metrics").body, "sluice_store_local_decisions_total") == 6);
 }
+
+TEST_CASE("reload: store.on_error between allow and deny applies at once, to or from local it needs a restart") {
+    auto up = start_upstream();
+    const auto nobody = unused_port();  // no Redis: the store stays down
+    auto yaml = [&](const std::string& on_error) {
+        return gateway_yaml(up->port, {}, redis_yaml(nobody, on_error, "{limit: 10, per: 1h, precision: 6m}"));
+    };
+    auto gw = start_gateway(yaml("allow"));
+    CHECK(fetch(gw->port, "GET", "/").status == 200);  // fails open
+    CHECK(fetch(gw->admin_port, "GET", "/readyz").status == 503);
+
+    write_file(gw->config_path, yaml("deny"));
+    auto deny = fetch(gw->admin_port, "POST", "/reload");
+    REQUIRE(deny.status == 200);
+    CHECK(json_of(deny).at("restart_required").as_array().empty());
+    CHECK(fetch(gw->port, "GET", "/").status == 503);
+
+    write_file(gw->config_path,
+               std::regex_replace(yaml("local"), std::regex("on_error: local"), "on_error: local\n  fleet_size: 3"));
+    auto local = fetch(gw->admin_port, "POST", "/reload");
+    REQUIRE(local.status == 200);
+    auto local_body = json_of(local);
+    const auto& keys = local_body.at("restart_required").as_array();
+    CHECK(keys.size() == 2);
+    CHECK(std::find(keys.begin(), keys.end(), boost::json::value("store.on_error")) != keys.end());
+    CHECK(std::find(keys.begin(), keys.end(), boost::json::value("store.fleet_size")) != keys.end());
+    CHECK(fetch(gw->port, "GET", "/").status == 503);  // still deny: the running store has no local fallback
+    CHECK(fetch(gw->admin_port, "GET", "/readyz").body == R"({"status":"not_ready"})");
+}
