@@ -69,7 +69,7 @@ TEST_CASE("tier::from: durations in microseconds and the derived values") {
     CHECK(f.key == tier_key_of(f.id));
 }
 
-TEST_CASE("tier::divided: limit and burst divided by the fleet size, rounded up; derived values follow") {
+TEST_CASE("tier::divided: limit and burst divided by the fleet size, rounded up, derived values follow") {
     auto s = make_tier(sliding_spec(10, 3'600'000, 360'000, 20)).divided(2);
     CHECK(s.limit == 5);
     CHECK(s.bucket == 360 * SEC);
