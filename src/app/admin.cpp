@@ -25,7 +25,7 @@ namespace {
 
 struct admin_hooks {
     const metrics::registry& metrics;
-    std::function<bool()> ready;
+    std::function<readiness()> ready;
     std::function<app::reload_result()> reload;
 };
 
@@ -67,9 +67,14 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
     } else if (path == "/healthz") {
         res.body() = R"({"status":"ok"})";
     } else if (path == "/readyz") {
-        bool ok = ready();
-        res.result(ok ? bhttp::status::ok : bhttp::status::service_unavailable);
-        res.body() = ok ? R"({"status":"ready"})" : R"({"status":"not_ready"})";
+        switch (ready()) {
+            case readiness::ready: res.body() = R"({"status":"ready"})"; break;
+            case readiness::degraded: res.body() = R"({"status":"degraded","store":"local"})"; break;
+            case readiness::not_ready:
+                res.result(bhttp::status::service_unavailable);
+                res.body() = R"({"status":"not_ready"})";
+                break;
+        }
     } else if (path == "/metrics") {
         res.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
         res.body() = metrics.scrape();
@@ -122,7 +127,8 @@ asio::awaitable<void> serve_admin(tcp::socket socket, admin_hooks hooks, admin_l
 }  // namespace
 
 admin_server::admin_server(asio::io_context& ioc, tcp::endpoint listen, const metrics::registry& metrics,
-                           std::function<bool()> ready, std::function<app::reload_result()> reload, admin_limits limits)
+                           std::function<readiness()> ready, std::function<app::reload_result()> reload,
+                           admin_limits limits)
     : ioc_(ioc),
       acceptor_(ioc),
       metrics_(metrics),

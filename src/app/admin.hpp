@@ -14,6 +14,10 @@
 
 namespace sluice::app {
 
+// What /readyz answers: ready 200, degraded 200 (store.on_error local is deciding on the
+// local memory store: requests are still limited), not_ready 503.
+enum class readiness { ready, degraded, not_ready };
+
 struct admin_limits {
     std::chrono::milliseconds header_timeout{10'000};  // a request, and writing its answer
     std::chrono::milliseconds idle_timeout{60'000};    // between requests
@@ -24,7 +28,7 @@ class admin_server {
 public:
     // `reload` re-reads the config file (POST /reload); it runs on this io_context's thread.
     admin_server(boost::asio::io_context& ioc, boost::asio::ip::tcp::endpoint listen, const metrics::registry& metrics,
-                 std::function<bool()> ready, std::function<app::reload_result()> reload, admin_limits limits);
+                 std::function<readiness()> ready, std::function<app::reload_result()> reload, admin_limits limits);
     boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
     void start();
     void stop();
@@ -33,7 +37,7 @@ private:
     boost::asio::io_context& ioc_;
     boost::asio::ip::tcp::acceptor acceptor_;
     const metrics::registry& metrics_;
-    std::function<bool()> ready_;
+    std::function<readiness()> ready_;
     std::function<app::reload_result()> reload_;
     admin_limits limits_;
     std::size_t open_ = 0;

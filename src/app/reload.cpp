@@ -47,9 +47,14 @@ reload_result load_for_reload(const config::config& running) {
     keep(next->upstream.max_idle_per_worker, running.upstream.max_idle_per_worker, "upstream.max_idle_per_worker",
          changed);
     keep(next->log.access_path, running.log.access_path, "log.access.path", changed);
-    // The store is built once at start; store.on_error is read per request and applies at once.
+    // The store is built once at start; store.on_error is read per request and applies at once,
+    // except to or from local, which builds a different store.
     auto& st = next->store;
     const auto& was = running.store;
+    using failure_mode = config::store_config::failure_mode;
+    if ((st.on_error == failure_mode::local) != (was.on_error == failure_mode::local))
+        keep(st.on_error, was.on_error, "store.on_error", changed);
+    keep(st.fleet_size, was.fleet_size, "store.fleet_size", changed);
     keep(st.type, was.type, "store.type", changed);
     keep(st.memory_max_keys, was.memory_max_keys, "store.memory.max_keys", changed);
     keep(st.redis_nodes, was.redis_nodes, "store.redis.nodes", changed);

@@ -6,6 +6,7 @@
 #include "server/access_log.hpp"
 #include "server/snapshot.hpp"
 #include "server/worker.hpp"
+#include "store/fallback_store.hpp"
 #include "store/memory_store.hpp"
 #include "store/redis_store.hpp"
 
@@ -83,11 +84,13 @@ private:
     metrics::registry metrics_;
     bool start_store();
     limit::store& store_for(std::size_t worker);
-    bool store_ready() const;
+    readiness store_readiness() const;
     void add_redis_metrics();
 
-    std::unique_ptr<store::memory_store> memory_;             // store.type memory: shared
-    std::vector<std::unique_ptr<store::redis_store>> redis_;  // store.type redis: one per worker
+    std::unique_ptr<store::memory_store> memory_;                   // store.type memory, or on_error local: shared
+    std::vector<std::unique_ptr<store::redis_store>> redis_;        // store.type redis: one per worker
+    std::unique_ptr<store::fallback_state> fallback_state_;         // store.on_error local
+    std::vector<std::unique_ptr<store::fallback_store>> fallback_;  // on_error local: one per worker
     std::vector<std::unique_ptr<server::access_log>> access_logs_;
     std::atomic<std::size_t> open_connections_{0};  // client connections, every worker
     std::vector<std::unique_ptr<server::worker>> workers_;
@@ -120,19 +123,35 @@ bool gateway::start_store() {
     }
     for (unsigned i = 0; i < threads_; ++i) redis_.push_back(std::make_unique<store::redis_store>(cfg_->store));
     add_redis_metrics();
+    if (cfg_->store.on_error == config::store_config::failure_mode::local) {
+        // One memory store for every worker: the gateway's share of a limit is its own, not per thread.
+        memory_ = std::make_unique<store::memory_store>(cfg_->store.memory_max_keys);
+        auto* mem = memory_.get();
+        metrics_.set_store_gauges([mem] { return mem->keys_held(); }, [mem] { return mem->evictions(); });
+        fallback_state_ = std::make_unique<store::fallback_state>(cfg_->store.fleet_size);
+        std::vector<const metrics::fallback_counters*> counters;
+        for (auto& r : redis_) {
+            fallback_.push_back(std::make_unique<store::fallback_store>(*r, *memory_, *fallback_state_));
+            counters.push_back(&fallback_.back()->counters());
+        }
+        metrics_.add_fallback(std::move(counters), [this] { return store_readiness() == readiness::degraded; });
+    }
     return true;
 }
 
 limit::store& gateway::store_for(std::size_t worker) {
+    if (!fallback_.empty()) return *fallback_[worker];
     if (memory_) return *memory_;
     return *redis_[worker];
 }
 
-bool gateway::store_ready() const {
-    if (memory_) return true;
-    for (const auto& r : redis_)
-        if (!r->ready()) return false;
-    return true;
+// With on_error local a gateway whose shared store does not answer still limits, locally:
+// degraded, not unready.
+readiness gateway::store_readiness() const {
+    bool connected = true;
+    for (const auto& r : redis_) connected = connected && r->ready();
+    if (fallback_state_) return connected && !fallback_state_->degraded() ? readiness::ready : readiness::degraded;
+    return connected ? readiness::ready : readiness::not_ready;
 }
 
 void gateway::add_redis_metrics() {
@@ -184,7 +203,7 @@ bool gateway::start() {
             ep = workers_.back()->acceptor.local_endpoint();
         }
         admin_ = std::make_unique<admin_server>(
-            main_ioc_, endpoint_of(cfg_->admin.listen), metrics_, [this] { return store_ready(); },
+            main_ioc_, endpoint_of(cfg_->admin.listen), metrics_, [this] { return store_readiness(); },
             [this] { return reload(); }, admin_limits{cfg_->server.header_timeout, cfg_->server.idle_timeout, 64});
     } catch (const boost::system::system_error& e) {
         spdlog::error("cannot listen: {}", e.what());
@@ -292,6 +311,7 @@ int gateway::run() {
     // A Redis connection's socket and timers belong to its worker's io_context: let the
     // stores go first, while every io_context still exists (a drain cut short by
     // drain_timeout leaves them running).
+    fallback_.clear();
     redis_.clear();
     workers_.clear();  // their io_contexts, with any handler still parked in a store, go first
     spdlog::info("stopped");

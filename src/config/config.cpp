@@ -67,6 +67,8 @@ constexpr std::string_view bad_key_prefix =
     "must not contain blanks or braces (braces mark the Redis Cluster hash tag)";
 constexpr std::string_view key_prefix_too_long = "must be at most 64 characters";
 constexpr std::string_view jwt_alg_none = "alg none is never accepted";
+constexpr std::string_view local_needs_shared_store =
+    "local needs a shared store to fall back from (store.type redis or redis-cluster)";
 constexpr std::string_view jwt_needs_secret = "required when HS256, HS384 or HS512 is listed in algorithms";
 constexpr std::string_view jwt_needs_public_key = "required when RS256 or ES256 is listed in algorithms";
 constexpr std::string_view leeway_too_large = "must be at most 10m";
@@ -546,9 +548,12 @@ void read_redis(const node_ref& n, store_config& out) {
                     });
 }
 
+std::uint32_t read_fleet_size(const node_ref& v) { return schema::read_uint_as<std::uint32_t>(v, 1, 100'000); }
+
 void read_store(const node_ref& n, store_config& out) {
     using kind = store_config::kind;
     using failure_mode = store_config::failure_mode;
+    std::optional<node_ref> on_error;  // checked once the whole section is read: store.type may follow
     read_mapping(n, {
                         {"type",
                          [&](const node_ref& v) {
@@ -564,10 +569,14 @@ void read_store(const node_ref& n, store_config& out) {
                         {"redis", [&](const node_ref& v) { read_redis(v, out); }},
                         {"on_error",
                          [&](const node_ref& v) {
-                             out.on_error = read_enum<failure_mode>(v, {"allow", "deny"});
+                             out.on_error = read_enum<failure_mode>(v, {"allow", "deny", "local"});
+                             on_error.emplace(v);
                          }},
+                        {"fleet_size", [&](const node_ref& v) { out.fleet_size = read_fleet_size(v); }},
                         {"hash_secret_env", [&](const node_ref& v) { out.hash_secret_env = read_env_name(v); }},
                     });
+    if (on_error && out.on_error == failure_mode::local && out.type == kind::memory)
+        on_error->fail(local_needs_shared_store);
 }
 
 // --- clients ---

@@ -96,7 +96,7 @@ struct host_port {
 
 struct store_config {
     enum class kind { memory, redis, redis_cluster };
-    enum class failure_mode { allow, deny };
+    enum class failure_mode { allow, deny, local };
     kind type = kind::memory;
     std::size_t memory_max_keys = 1'000'000;                  // store.memory.max_keys (>= 1)
     std::vector<host_port> redis_nodes{{"127.0.0.1", 6379}};  // store.redis.nodes (non-empty)
@@ -105,7 +105,8 @@ struct store_config {
     unsigned redis_database = 0;                              // store.redis.database (0..15)
     duration redis_timeout = std::chrono::milliseconds(50);   // store.redis.timeout (> 0)
     std::string redis_key_prefix = "sluice:";                 // store.redis.key_prefix
-    failure_mode on_error = failure_mode::allow;              // store.on_error: allow | deny
+    failure_mode on_error = failure_mode::allow;              // store.on_error: allow | deny | local
+    std::uint32_t fleet_size = 1;                             // store.fleet_size (>= 1): on_error local divides by it
     std::string hash_secret_env = "SLUICE_HASH_SECRET";       // store.hash_secret_env
 
     bool operator==(const store_config&) const = default;

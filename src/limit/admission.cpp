@@ -59,6 +59,7 @@ void admission::conclude(const admission_context& ctx, const policy& p, const ch
     if (result.state == check_result::status::error) {
         m.store_failed();
         out.decision = "store_error";
+        // local: the fallback store decides instead of failing; an error still here fails open.
         if (ctx.on_error == config::store_config::failure_mode::deny) out.what = outcome::kind::store_down;
         return;
     }

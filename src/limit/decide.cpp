@@ -161,6 +161,19 @@ std::uint64_t tier_key_of(std::string_view id) {
     return h;
 }
 
+namespace {
+
+// The values a tier derives from its limit and burst.
+void derive_from_limit(tier& t) {
+    t.horizon = std::max(t.per, t.min_interval);
+    if (t.algo != config::algorithm::gcra) return;
+    t.interval = (t.per + t.limit - 1) / t.limit;
+    t.tolerance = t.burst * t.interval;
+    t.horizon = std::max(t.horizon, t.tolerance);
+}
+
+}  // namespace
+
 tier tier::from(const config::tier_config& c) {
     tier t;
     t.key = tier_key_of(c.id);
@@ -170,21 +183,25 @@ tier tier::from(const config::tier_config& c) {
     t.limit = c.limit;
     t.per = c.per.count() * us_per_ms;
     t.min_interval = c.min_interval.count() * us_per_ms;
-    t.horizon = std::max(t.per, t.min_interval);
     switch (c.algo) {
         case config::algorithm::fixed: t.bucket = t.per; break;
         case config::algorithm::sliding:
             t.bucket = c.precision.count() * us_per_ms;
             t.buckets = t.per / t.bucket;
             break;
-        case config::algorithm::gcra:
-            t.burst = c.burst;
-            t.interval = (t.per + t.limit - 1) / t.limit;
-            t.tolerance = t.burst * t.interval;
-            t.horizon = std::max(t.horizon, t.tolerance);
-            break;
+        case config::algorithm::gcra: t.burst = c.burst; break;
         case config::algorithm::log: break;
     }
+    derive_from_limit(t);
+    return t;
+}
+
+tier tier::divided(std::int64_t n) const {
+    tier t = *this;
+    if (n <= 1) return t;
+    t.limit = (limit + n - 1) / n;
+    t.burst = (burst + n - 1) / n;
+    derive_from_limit(t);
     return t;
 }
 

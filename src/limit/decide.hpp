@@ -38,6 +38,9 @@ struct tier {
     usec horizon = 0;  // how long after its last admission the state can matter
 
     static tier from(const config::tier_config& c);
+    // This tier for one gateway of `n` deciding alone (store.on_error local): limit and
+    // burst divided by n, rounded up, and the values derived from them recomputed.
+    tier divided(std::int64_t n) const;
 };
 
 // One tier's state for one identifier. `data` is read by algorithm:

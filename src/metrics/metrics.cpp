@@ -125,6 +125,28 @@ void registry::add_redis(std::vector<const redis_counters*> stores, std::functio
     collectors_.push_back(std::move(collect));
 }
 
+void registry::add_fallback(std::vector<const fallback_counters*> stores, std::function<bool()> degraded) {
+    auto collect = [stores = std::move(stores), degraded = std::move(degraded)] {
+        std::vector<prometheus::MetricFamily> out(2);
+        out[0] = {"sluice_store_degraded",
+                  "1 while the shared store does not answer and store.on_error local decides on this gateway's "
+                  "memory store with limits divided by store.fleet_size.",
+                  MetricType::Gauge,
+                  {}};
+        out[0].metric.emplace_back().gauge.value = degraded() ? 1 : 0;
+        std::uint64_t local = 0;
+        for (const auto* s : stores) local += s->local_decisions.get();
+        out[1] = {"sluice_store_local_decisions_total",
+                  "Rate-limit checks decided on the local memory store because the shared store did not answer.",
+                  MetricType::Counter,
+                  {}};
+        out[1].metric.emplace_back().counter.value = static_cast<double>(local);
+        return out;
+    };
+    std::lock_guard lock(names_mu_);
+    collectors_.push_back(std::move(collect));
+}
+
 namespace {
 
 MetricFamily family(std::string name, std::string help, MetricType type) {

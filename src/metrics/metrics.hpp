@@ -110,6 +110,11 @@ struct redis_counters {
     cell undos;             // Redis Cluster: commits taken back (another node denied)
 };
 
+// A worker's store.on_error local fallback: decisions it made on the local memory store.
+struct fallback_counters {
+    cell local_decisions;
+};
+
 class registry {
 public:
     explicit registry(std::size_t workers);
@@ -122,6 +127,9 @@ public:
     // The sluice_redis_* families over every worker's store counters; `connected` counts
     // the workers whose connection is ready. Once, at start.
     void add_redis(std::vector<const redis_counters*> stores, std::function<std::size_t()> connected);
+    // sluice_store_degraded (whether `degraded()`) and sluice_store_local_decisions_total over
+    // every worker's fallback counters (store.on_error local). Once, at start.
+    void add_fallback(std::vector<const fallback_counters*> stores, std::function<bool()> degraded);
     // Counts a configuration reload (SIGHUP or POST /reload) by its result.
     void reloaded(bool ok);
     // Prometheus text exposition format. Any thread.

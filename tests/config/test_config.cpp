@@ -628,6 +628,7 @@ TEST_CASE("a minimal config keeps every default") {
     CHECK(c->store.redis_timeout == 50ms);
     CHECK(c->store.redis_key_prefix == "sluice:");
     CHECK(c->store.on_error == cfg::store_config::failure_mode::allow);
+    CHECK(c->store.fleet_size == 1);
     CHECK(c->store.hash_secret_env == "SLUICE_HASH_SECRET");
     CHECK(c->clients.trusted_proxies.empty());
     CHECK(c->clients.forwarded_header == cfg::clients_config::forwarded_kind::x_forwarded_for);
@@ -638,6 +639,21 @@ TEST_CASE("a minimal config keeps every default") {
     CHECK(c->response.headers == cfg::response_config::header_style::ietf);
     CHECK(c->policies.empty());
     CHECK(c->routes.empty());
+}
+
+TEST_CASE("store.on_error local with store.fleet_size") {
+    auto c = cfg::load_string(
+        "upstream: { url: 'http://h' }\n"
+        "store: { on_error: local, fleet_size: 4, type: redis }\n",
+        "local.yaml");
+    CHECK(c->store.on_error == cfg::store_config::failure_mode::local);
+    CHECK(c->store.fleet_size == 4);
+    // Checked once the whole section is read: the key order does not matter.
+    CHECK(string_error("upstream: {url: 'http://h'}\nstore: {on_error: local}\n") ==
+          "inline.yaml:2:19: store.on_error: local needs a shared store to fall back from (store.type redis or "
+          "redis-cluster)");
+    // fleet_size alone is accepted (it only matters with local).
+    CHECK(cfg::load_string("upstream: {url: 'http://h'}\nstore: {fleet_size: 3}\n", "f.yaml")->store.fleet_size == 3);
 }
 
 TEST_CASE("jwt defaults") {

@@ -158,3 +158,104 @@ TEST_CASE("fleet: the local deny cache answers 429 without a round trip") {
     auto m = fetch(f.gateways[0]->admin_port, "GET", "/metrics").body;
     CHECK(metric_value(m, "sluice_redis_deny_cache_hits_total") >= 3);
 }
+
+TEST_CASE("fleet: Redis down with on_error local decides on each gateway's share, then goes back") {
+    redis_server redis(unused_port());
+    const auto port = redis.port;
+    auto up = start_upstream();
+    auto gw = start_gateway(gateway_yaml(up->port, {},
+                                         "store:\n  type: redis\n  on_error: local\n  fleet_size: 2\n"
+                                         "  redis: { nodes: [\"127.0.0.1:" +
+                                             std::to_string(port) +
+                                             "\"], timeout: 2s }\n"
+                                             "clients: { trusted_proxies: [\"127.0.0.1/32\"] }\n"
+                                             "policies:\n  fleet:\n    ip: [ {limit: 10, per: 1h, precision: 6m} ]\n"
+                                             "routes:\n  - { match: { path_prefix: / }, policy: fleet }\n"),
+                            {}, {{"SLUICE_HASH_SECRET", "fleet-secret"}});
+    auto readyz = [&] { return fetch(gw->admin_port, "GET", "/readyz"); };
+    auto from = [&](const std::string& ip) { return fetch(gw->port, "GET", "/", {{"X-Forwarded-For", ip}}); };
+    auto lines = [&](const std::string& what) {
+        const auto out = gw->proc->output();
+        std::size_t n = 0;
+        for (auto pos = out.find(what); pos != std::string::npos; pos = out.find(what, pos + 1)) ++n;
+        return n;
+    };
+    const std::string degraded_line = "store degraded: the shared store does not answer";
+    const std::string recovered_line = "store recovered: the shared store answers again";
+    REQUIRE(eventually([&] { return readyz().body == R"({"status":"ready"})"; }));
+    CHECK(metric_value(fetch(gw->admin_port, "GET", "/metrics").body, "sluice_store_degraded") == 0);
+
+    // Shared: the whole limit.
+    for (int i = 0; i < 10; ++i) {
+        auto r = from("10.0.0.1");
+        CHECK(r.status == 200);
+        CHECK(r.header("RateLimit-Policy").find("q=10;") != std::string::npos);
+    }
+    CHECK(from("10.0.0.1").status == 429);
+
+    redis.stop();
+    REQUIRE(eventually([&] {
+        auto r = readyz();
+        return r.status == 200 && r.body == R"({"status":"degraded","store":"local"})";
+    }));
+    CHECK(eventually_metric(gw->admin_port, "sluice_store_degraded", 1) == 1);
+
+    // Local: ceil(10 / 2) for an identity the shared store never saw.
+    for (int i = 0; i < 5; ++i) {
+        auto r = from("10.0.0.2");
+        CHECK(r.status == 200);
+        CHECK(r.header("RateLimit-Policy").find("q=5;") != std::string::npos);
+    }
+    auto denied = from("10.0.0.2");
+    CHECK(denied.status == 429);
+    CHECK(std::stoll(denied.header("Retry-After")) > 0);
+    CHECK(eventually_metric(gw->admin_port, "sluice_store_local_decisions_total", 6) == 6);
+    CHECK(eventually([&] { return lines(degraded_line) == 1; }));
+    CHECK(lines(recovered_line) == 0);
+
+    // Back: once both workers' connections are up, each worker returns to the shared store at its
+    // first answer from it (new connections spread over the workers; fresh identities each time).
+    redis_server again(port);
+    REQUIRE(eventually_metric(gw->admin_port, "sluice_redis_connected", 2) == 2);
+    int n = 0;
+    REQUIRE(eventually([&] {
+        auto r = from("10.0.1." + std::to_string(++n % 250));
+        CHECK(r.status == 200);
+        CHECK(r.header("RateLimit-Policy").find("q=10;") != std::string::npos);
+        return readyz().body == R"({"status":"ready"})";
+    }));
+    MESSAGE("back to the shared store after ", n, " requests");
+    CHECK(eventually_metric(gw->admin_port, "sluice_store_degraded", 0) == 0);
+    CHECK(eventually([&] { return lines(recovered_line) == 1; }));
+    CHECK(lines(degraded_line) == 1);
+    CHECK(metric_value(fetch(gw->admin_port, "GET", "/metrics").body, "sluice_store_local_decisions_total") == 6);
+}
+
+TEST_CASE("reload: store.on_error between allow and deny applies at once, to or from local it needs a restart") {
+    auto up = start_upstream();
+    const auto nobody = unused_port();  // no Redis: the store stays down
+    auto yaml = [&](const std::string& on_error) {
+        return gateway_yaml(up->port, {}, redis_yaml(nobody, on_error, "{limit: 10, per: 1h, precision: 6m}"));
+    };
+    auto gw = start_gateway(yaml("allow"));
+    CHECK(fetch(gw->port, "GET", "/").status == 200);  // fails open
+    CHECK(fetch(gw->admin_port, "GET", "/readyz").status == 503);
+
+    write_file(gw->config_path, yaml("deny"));
+    auto deny = fetch(gw->admin_port, "POST", "/reload");
+    REQUIRE(deny.status == 200);
+    CHECK(json_of(deny).at("restart_required").as_array().empty());
+    CHECK(fetch(gw->port, "GET", "/").status == 503);
+
+    write_file(gw->config_path,
+               std::regex_replace(yaml("local"), std::regex("on_error: local"), "on_error: local\n  fleet_size: 3"));
+    auto local = fetch(gw->admin_port, "POST", "/reload");
+    REQUIRE(local.status == 200);
+    auto local_body = json_of(local);
+    const auto& keys = local_body.at("restart_required").as_array();
+    CHECK(keys.size() == 2);
+    CHECK(std::find(keys.begin(), keys.end(), boost::json::value("store.on_error")) != keys.end());
+    CHECK(std::find(keys.begin(), keys.end(), boost::json::value("store.fleet_size")) != keys.end());
+    CHECK(fetch(gw->port, "GET", "/").status == 503);  // still deny: the running store has no local fallback
+    CHECK(fetch(gw->admin_port, "GET", "/readyz").body == R"({"status":"not_ready"})");
+}

@@ -69,6 +69,49 @@ TEST_CASE("tier::from: durations in microseconds and the derived values") {
     CHECK(f.key == tier_key_of(f.id));
 }
 
+TEST_CASE("tier::divided: limit and burst divided by the fleet size, rounded up, derived values follow") {
+    auto s = make_tier(sliding_spec(10, 3'600'000, 360'000, 20)).divided(2);
+    CHECK(s.limit == 5);
+    CHECK(s.bucket == 360 * SEC);
+    CHECK(s.buckets == 10);
+    CHECK(s.min_interval == 20 * MS);
+    CHECK(s.horizon == HOUR);
+    CHECK(make_tier(fixed_spec(10, 1000)).divided(3).limit == 4);  // ceil(10 / 3)
+    CHECK(make_tier(log_spec(10, 1000)).divided(10).limit == 1);   // ceil(10 / 10)
+    CHECK(make_tier(log_spec(10, 1000)).divided(11).limit == 1);   // never 0
+    CHECK(make_tier(fixed_spec(7, 1000)).divided(1).limit == 7);
+
+    // gcra: 10 per 1s, burst 5, in a fleet of 3 -> 4 per 1s, burst 2: T and tolerance from the divided limit.
+    auto g = make_tier(gcra_spec(10, 1000, 5)).divided(3);
+    CHECK(g.limit == 4);
+    CHECK(g.burst == 2);
+    CHECK(g.interval == 250'000);
+    CHECK(g.tolerance == 500'000);
+    CHECK(g.horizon == SEC);
+    auto same = make_tier(gcra_spec(4, 1000, 2));
+    CHECK(g.interval == same.interval);
+    CHECK(g.tolerance == same.tolerance);
+    // A divided tier keeps its id, key and name: it is the same tier, decided locally.
+    auto orig = make_tier(gcra_spec(10, 1000, 5));
+    CHECK(g.id == orig.id);
+    CHECK(g.key == orig.key);
+    CHECK(g.name == orig.name);
+    // A long tolerance sets the horizon: 3 per 1s with burst 30, halved -> T 500 ms, tolerance 7.5 s.
+    auto h = make_tier(gcra_spec(3, 1000, 30)).divided(2);
+    CHECK(h.interval == 500'000);
+    CHECK(h.tolerance == 7'500'000);
+    CHECK(h.horizon == 7'500'000);
+}
+
+TEST_CASE("tier::divided: a divided sliding tier admits ceil(limit / n) in its window") {
+    key k;
+    k.tiers.push_back(make_tier(sliding_spec(10, 3'600'000, 360'000)).divided(2));
+    for (int i = 0; i < 5; ++i) expect_allowed(k, T0 + i * SEC);
+    auto d = run(k, T0 + 5 * SEC, 1);
+    CHECK_FALSE(d.allowed);
+    CHECK(d.tiers.at(0).t->limit == 5);
+}
+
 // ---------------------------------------------------------------------------------------
 // 1. Edges, per algorithm
 

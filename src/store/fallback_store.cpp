@@ -1,0 +1,74 @@
+#include "store/fallback_store.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace sluice::store {
+
+void fallback_state::entered(const std::string& why) {
+    if (degraded_workers_.fetch_add(1, std::memory_order_relaxed) == 0)
+        spdlog::warn(
+            "store degraded: the shared store does not answer ({}); deciding on this gateway's memory store with "
+            "limits divided by store.fleet_size {}",
+            why, fleet_size_);
+}
+
+void fallback_state::left() {
+    if (degraded_workers_.fetch_sub(1, std::memory_order_relaxed) == 1)
+        spdlog::warn("store recovered: the shared store answers again; deciding on it");
+}
+
+fallback_store::fallback_store(limit::store& shared, memory_store& local, fallback_state& state)
+    : shared_(shared), local_(local), state_(state) {}
+
+void fallback_store::on_reload() {
+    divided_.clear();
+    shared_.on_reload();
+}
+
+std::span<const limit::tier> fallback_store::divided(std::span<const limit::tier> tiers) {
+    if (tiers.empty() || state_.fleet_size() <= 1) return tiers;
+    // A list freed with its snapshot cannot be mistaken for a new one at the same address:
+    // on_reload() clears the cache before a new snapshot's first request.
+    auto& copy = divided_[tiers.data()];
+    if (copy.size() != tiers.size() || copy.front().key != tiers.front().key) {
+        copy.clear();
+        for (const auto& t : tiers) copy.push_back(t.divided(state_.fleet_size()));
+    }
+    return copy;
+}
+
+limit::check_result fallback_store::decide_locally(const limit::check_request& r, const std::string& why) {
+    if (!degraded_.exchange(true, std::memory_order_relaxed)) state_.entered(why);
+    counters_.local_decisions.add();
+    try {
+        keys_.assign(r.keys.begin(), r.keys.end());
+        for (auto& k : keys_) k.tiers = divided(k.tiers);
+        return *local_.try_check({keys_, r.cost});
+    } catch (const std::exception&) {
+        limit::check_result out;  // then store.on_error local fails open, as allow does
+        out.state = limit::check_result::status::error;
+        out.error = "out of memory";
+        return out;
+    }
+}
+
+void fallback_store::answered() {
+    if (degraded_.exchange(false, std::memory_order_relaxed)) state_.left();
+}
+
+std::optional<limit::check_result> fallback_store::try_check(const limit::check_request& r) {
+    auto result = shared_.try_check(r);
+    // An answer at once that is not an error is the deny cache's: it says nothing of the
+    // shared store's health.
+    if (result && result->state == limit::check_result::status::error) return decide_locally(r, result->error);
+    return result;
+}
+
+boost::asio::awaitable<limit::check_result> fallback_store::check(limit::check_request r) {
+    auto result = co_await shared_.check(r);
+    if (result.state == limit::check_result::status::error) co_return decide_locally(r, result.error);
+    answered();
+    co_return result;
+}
+
+}  // namespace sluice::store
