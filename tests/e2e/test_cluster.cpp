@@ -329,6 +329,7 @@ TEST_CASE("cluster: a primary killed under load fails over, and no request waits
                             "policies:\n  p:\n    ip: [ {limit: 100000, per: 1h, algorithm: fixed} ]\n"));
     constexpr int identities = 24;
     std::map<int, long> admitted;
+    std::vector<steady_clock::time_point> admitted_at;
     std::mutex mu;
     std::atomic<bool> stop{false};
     std::atomic<long> slowest_ms{0}, failed{0};
@@ -345,10 +346,12 @@ TEST_CASE("cluster: a primary killed under load fails over, and no request waits
                     while (ms > seen && !slowest_ms.compare_exchange_weak(seen, ms)) {
                     }
                     std::lock_guard lock(mu);
-                    if (r.status == 200)
+                    if (r.status == 200) {
                         ++admitted[id];
-                    else
+                        admitted_at.push_back(steady_clock::now());
+                    } else {
                         ++failed;
+                    }
                 }
         });
     auto admitted_now = [&] {
@@ -365,8 +368,10 @@ TEST_CASE("cluster: a primary killed under load fails over, and no request waits
     c.procs[victim_index]->signal(SIGKILL);
     c.procs[victim_index]->wait_exit(seconds(5));
     const auto killed_at = steady_clock::now();
+    // Its replica is promoted (the cluster notices after cluster-node-timeout)...
+    REQUIRE(eventually([&] { return c.primary_ports().size() == 3; }, seconds(30)));
 
-    // Its replica takes over; every gateway is ready again by itself.
+    // ...and every gateway is ready again by itself.
     for (auto& g : f.gateways)
         REQUIRE(eventually([&] { return fetch(g->admin_port, "GET", "/readyz").status == 200; }, seconds(30)));
     const auto recovered_ms = duration_cast<milliseconds>(steady_clock::now() - killed_at).count();
@@ -386,8 +391,13 @@ TEST_CASE("cluster: a primary killed under load fails over, and no request waits
             << recovered_ms << " ms after the kill; " << failed.load()
             << " requests answered 503 meanwhile; slowest request " << slowest_ms.load() << " ms; " << total_admitted
             << " admitted, " << total_stored << " remembered: " << total_admitted - total_stored << " forgotten");
+    // Replication is asynchronous: what is lost is at most what the replica had not yet
+    // received, far less than the last second's admissions unless it lagged that far.
+    long last_second = 0;
+    for (auto t : admitted_at) last_second += t <= killed_at && t > killed_at - seconds(1);
+    MESSAGE("admissions in the second before the kill: " << last_second);
     CHECK(total_stored <= total_admitted);
-    CHECK(total_admitted - total_stored <= 50);
+    CHECK(total_admitted - total_stored <= last_second);
     CHECK(slowest_ms.load() < 300 + 1500);  // the store timeout, and slack for a loaded machine
     CHECK(failed.load() > 0);               // the dead primary's identifiers were refused meanwhile (on_error deny)
 }
