@@ -238,12 +238,13 @@ local function check_log(zset, at, cost, soon, lim, per, hz)
     return ok, remaining, reset, admit_at, count
 end
 
--- log: drop the entries that left the window, add `cost` entries at `at`, and keep the
--- ZSET alive `hz` past `from` (as the HASH: see the commit below). v is the tier's field
--- before this commit, count the live entries its check saw. Returns the tier's new field.
-local function commit_log(zset, v, count, per, hz, at, at_s, from, cost)
+-- log: drop the entries that left the window at `drop` (normally `at`), add `cost` entries
+-- at `at`, and keep the ZSET alive `hz` past `from` (as the HASH: see the commit below). v
+-- is the tier's field before this commit, count the live entries its check saw. Returns the
+-- tier's new field and the first sequence number used.
+local function commit_log(zset, v, count, per, hz, at, at_s, from, cost, drop)
     local call, fmt = redis.call, string.format
-    call('ZREMRANGEBYSCORE', zset, '-inf', fmt('%d', at - per))
+    call('ZREMRANGEBYSCORE', zset, '-inf', fmt('%d', drop - per))
     local ls, e
     if v then
         ls, e = string.match(v, '^(%d+);(%d+)')
@@ -544,11 +545,16 @@ for i = 1, nkeys do
             from = clock
         end
         if has_log then
+            -- An undo puts "@t" back: entries still live at the key's old clock must stay.
+            local drop = at
+            if record then
+                drop = tonumber(olds[1]) or 0
+            end
             for j = 3, n + 2 do
                 if ARGV[a0 + 11 * j - 32] == 'l' then
                     local c = vals[j]
                     local seq
-                    vals[j], seq = commit_log(c[1], c[2], c[3], c[4], c[5], at, at_s, from, cost)
+                    vals[j], seq = commit_log(c[1], c[2], c[3], c[4], c[5], at, at_s, from, cost, drop)
                     if record then
                         olds[j + n] = fmt('%d', seq)
                     end
