@@ -578,3 +578,24 @@ TEST_CASE("handshake: AUTH and SELECT; a wrong password never becomes ready") {
         });
     }
 }
+
+TEST_CASE("READONLY (the node is a replica now): that call gets the error and the connection is rebuilt") {
+    redis_server replica(free_port(), {"--replicaof", "127.0.0.1", std::to_string(free_port())});
+    asio::io_context ioc;
+    auto counters = std::make_shared<redis_counters>();
+    auto conn = redis_connection::create(ioc.get_executor(), options_for(replica.port(), 1s), counters);
+    conn->start();
+
+    run(ioc, [&]() -> asio::awaitable<void> {
+        REQUIRE(co_await eventually([&] { return conn->ready(); }, 2s));
+        auto r = co_await conn->call(cmd("SET", "k", "v"));
+        REQUIRE(r.ok());
+        CHECK(r.reply->type == REDIS_REPLY_ERROR);
+        CHECK(text(r).starts_with("READONLY"));
+        CHECK(co_await eventually([&] { return counters->connection_lost.get() == 1; }, 1s));
+        // Reads still work once it has reconnected (here, to the same replica).
+        REQUIRE(co_await eventually([&] { return conn->ready() && counters->reconnects.get() == 1; }, 3s));
+        CHECK(text(co_await conn->call(cmd("GET", "k"))) == "<ok>");  // nil: no string
+        conn->stop();
+    });
+}
