@@ -13,10 +13,12 @@ using namespace std::chrono;
 
 namespace {
 
-std::unique_ptr<process> start_redis(std::uint16_t port, std::vector<std::string> extra = {}) {
+// In `dir`: a replica's full sync writes an RDB file there, whatever --save says.
+std::unique_ptr<process> start_redis(const std::string& dir, std::uint16_t port, std::vector<std::string> extra = {}) {
     std::vector<std::string> argv{"redis-server", "--port", std::to_string(port), "--bind", "127.0.0.1",
                                   "--save",       "",       "--appendonly",       "no",     "--maxmemory-policy",
                                   "noeviction"};
+    argv.insert(argv.end(), {"--dir", dir, "--dbfilename", "redis-" + std::to_string(port) + ".rdb"});
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto p = std::make_unique<process>(std::move(argv));
     p->wait_for_line("Ready to accept connections");
@@ -34,14 +36,14 @@ struct sentinel_setup {
     sentinel_setup() : dir(make_temp_dir()) {
         primary_port = unused_port();
         replica_port = unused_port();
-        primary = start_redis(primary_port);
-        replica = start_redis(replica_port, {"--replicaof", "127.0.0.1", std::to_string(primary_port)});
-        replica->wait_for_line("MASTER <-> REPLICA sync: Finished with success");
+        primary = start_redis(dir, primary_port);
+        replica = start_redis(dir, replica_port, {"--replicaof", "127.0.0.1", std::to_string(primary_port)});
+        replica->wait_for_line("MASTER <-> REPLICA sync: (Finished with success|Master accepted a Partial)");
         for (int i = 0; i < 3; ++i) {
             const auto port = unused_port();
             const std::string conf = dir + "/sentinel" + std::to_string(i) + ".conf";  // Sentinel rewrites it
-            write_file(conf, "port " + std::to_string(port) + "\nbind 127.0.0.1\nsentinel monitor " + master +
-                                 " 127.0.0.1 " + std::to_string(primary_port) +
+            write_file(conf, "port " + std::to_string(port) + "\nbind 127.0.0.1\ndir " + dir + "\nsentinel monitor " +
+                                 master + " 127.0.0.1 " + std::to_string(primary_port) +
                                  " 2\nsentinel down-after-milliseconds " + master +
                                  " 1000\nsentinel failover-timeout " + master + " 4000\n");
             sentinel_ports.push_back(port);
