@@ -274,7 +274,10 @@ awaitable<error_code> redis_connection::open_stream(tcp::socket& s, std::unique_
     } else {
         tcp::resolver resolver(ex_);
         auto [rec, found] = co_await resolver.async_resolve(host, std::to_string(port), use_tuple);
-        if (rec) co_return rec;
+        if (rec) {
+            spdlog::warn("redis: cannot resolve {}: {}", host, rec.message());
+            co_return rec;
+        }
         for (const auto& e : found) endpoints.push_back(e.endpoint());
     }
     if (stopped_) co_return asio::error::operation_aborted;
