@@ -92,7 +92,7 @@ const std::vector<int> five_then_429{200, 200, 200, 200, 200, 429, 429};
 
 }  // namespace
 
-TEST_CASE("redis tls: limits exact over TLS with a client certificate; a restarted Redis is reconnected") {
+TEST_CASE("redis tls: limits exact over TLS with a client certificate, and a restarted Redis is reconnected") {
     tls_files f;
     auto redis = std::make_unique<tls_redis>(f, unused_port(), "yes");
     const auto port = redis->port;
