@@ -258,7 +258,7 @@ TEST_CASE("concurrent calls are pipelined and each gets its own reply") {
     CHECK_FALSE(conn->ready());
 }
 
-TEST_CASE("a slow call times out at its deadline; later calls still get their own replies") {
+TEST_CASE("a slow call times out at its deadline, and later calls still get their own replies") {
     redis_server server(free_port());
     asio::io_context ioc;
     auto counters = std::make_shared<redis_counters>();
@@ -300,7 +300,7 @@ TEST_CASE("a slow call times out at its deadline; later calls still get their ow
     });
 }
 
-TEST_CASE("Redis stopped: calls fail at once; restarted: the connection recovers and reloads the script") {
+TEST_CASE("Redis stopped: calls fail at once, restarted: the connection recovers and reloads the script") {
     redis_server server(free_port());
     asio::io_context ioc;
     auto counters = std::make_shared<redis_counters>();
@@ -541,7 +541,7 @@ TEST_CASE("a head outstanding for longer than stall_after fails everything and r
     });
 }
 
-TEST_CASE("handshake: AUTH and SELECT; a wrong password never becomes ready") {
+TEST_CASE("handshake: AUTH and SELECT, a wrong password never becomes ready") {
     redis_server server(free_port(), {"--requirepass", "s3cret"});
     {
         asio::io_context ioc;
