@@ -13,6 +13,7 @@
 
 #include <openssl/err.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <stdexcept>
@@ -57,6 +58,9 @@ std::string reload_command(const redis_connection_options& o) {
 }
 
 using tls_stream = asio::ssl::stream<tcp::socket&>;
+
+// Outside the coroutine: GCC 12 mishandles a braced list of literals inside one.
+std::string subscribe_command() { return format_command({"SUBSCRIBE", "+switch-master"}); }
 
 // One read or one whole write, on the TLS stream when there is one, else on the socket.
 awaitable<std::tuple<error_code, std::size_t>> read_some(tcp::socket& s, tls_stream* tls, asio::mutable_buffer b) {
@@ -150,6 +154,8 @@ redis_connection::redis_connection(asio::any_io_executor ex, redis_connection_op
       writer_wake_(ex_),
       deadline_(ex_),
       backoff_timer_(ex_),
+      watch_socket_(ex_),
+      watch_timer_(ex_),
       backoff_(opts_.backoff_first, opts_.backoff_max),
       rng_(std::random_device{}()) {}
 
@@ -159,16 +165,19 @@ void redis_connection::start() {
     if (started_) return;
     started_ = true;
     asio::co_spawn(ex_, run(shared_from_this()), report);
+    if (!opts_.sentinels.empty()) asio::co_spawn(ex_, watch_switches(shared_from_this()), report);
 }
 
 void redis_connection::stop() {
     if (stopped_) return;
     stopped_ = true;
     backoff_timer_.cancel();
+    watch_timer_.cancel();
+    error_code ignored;
+    watch_socket_.close(ignored);
     if (connected_) {
         drop_connection();  // serve() then fails what is outstanding with error::stopped
     } else {
-        error_code ignored;
         socket_.close(ignored);  // cuts a connect in progress short
     }
 }
@@ -368,6 +377,60 @@ awaitable<bool> redis_connection::find_primary() {
     }
     if (!stopped_) note_failure("no sentinel answered with the primary of " + opts_.sentinel_master);
     co_return false;
+}
+
+awaitable<void> redis_connection::watch_switches(std::shared_ptr<redis_connection> self) {
+    for (std::size_t next = 0; !stopped_; ++next) {
+        const auto& sentinel = opts_.sentinels[next % opts_.sentinels.size()];
+        asio::steady_timer timer(ex_, opts_.connect_timeout);
+        auto ec = co_await open_stream(watch_socket_, watch_tls_, sentinel.host, sentinel.port, timer);
+        if (!ec && !stopped_) {
+            const std::string subscribe = subscribe_command();
+            auto [wec, n] = co_await write_all(watch_socket_, watch_tls_.get(), asio::buffer(subscribe));
+            (void)n;
+            if (!wec && !stopped_) co_await read_switches();
+        }
+        watch_tls_.reset();
+        error_code ignored;
+        watch_socket_.close(ignored);
+        if (stopped_) break;
+        watch_timer_.expires_after(opts_.backoff_max);
+        auto [tec] = co_await watch_timer_.async_wait(use_tuple);
+        (void)tec;  // cancelled by stop()
+    }
+    (void)self;
+}
+
+awaitable<void> redis_connection::read_switches() {
+    reply_reader reader;
+    std::string buf(4096, '\0');
+    while (!stopped_) {
+        auto [ec, n] = co_await read_some(watch_socket_, watch_tls_.get(), asio::buffer(buf));
+        if (ec || stopped_ || !reader.feed(std::string_view(buf.data(), n))) co_return;
+        for (;;) {
+            reply_ptr r;
+            auto st = reader.next(r);
+            if (st == reply_reader::status::need_more) break;
+            if (st == reply_reader::status::error) co_return;
+            // ["message", "+switch-master", "<master> <old ip> <old port> <new ip> <new port>"]
+            if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_STRING &&
+                std::string_view(r->element[0]->str, r->element[0]->len) == "message" &&
+                r->element[2]->type == REDIS_REPLY_STRING)
+                on_switch(std::string_view(r->element[2]->str, r->element[2]->len));
+        }
+    }
+}
+
+void redis_connection::on_switch(std::string_view message) {
+    std::vector<std::string_view> words;
+    for (std::size_t at = 0; at <= message.size();) {
+        auto end = std::min(message.find(' ', at), message.size());
+        words.push_back(message.substr(at, end - at));
+        at = end + 1;
+    }
+    if (words.size() != 5 || words[0] != opts_.sentinel_master) return;
+    spdlog::info("redis: sentinels switched the primary of {} to {}:{}", opts_.sentinel_master, words[3], words[4]);
+    if (connected_ && (words[3] != host_ || words[4] != std::to_string(port_))) drop_connection();  // asks again
 }
 
 awaitable<bool> redis_connection::connect_socket() {

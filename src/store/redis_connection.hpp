@@ -17,7 +17,9 @@
 //  - With options.tls, every connection (sentinels included) is TLS: the server's
 //    certificate must chain to the context's CA and name tls_server_name (or the host).
 //  - With options.sentinels, each connect first asks them in order for the primary of
-//    sentinel_master; a lost connection asks again (how a failover is followed).
+//    sentinel_master; a lost connection asks again (how a failover is followed). One
+//    sentinel at a time is also subscribed to +switch-master: a switch away from the node
+//    this connection uses drops it (a demoted primary may take seconds to refuse writes).
 //  - An error reply starting with READONLY (the node is a replica now) is that call's
 //    answer, and the connection is dropped so that the next connect looks again.
 //
@@ -139,6 +141,11 @@ private:
     // Asks the sentinels in order; sets host_ and port_ from the first that names a primary.
     boost::asio::awaitable<bool> find_primary();
     void note_failure(const std::string& what);
+    // The +switch-master subscription, on one sentinel after another while not stopped.
+    boost::asio::awaitable<void> watch_switches(std::shared_ptr<redis_connection> self);
+    // Reads the subscription until its connection ends.
+    boost::asio::awaitable<void> read_switches();
+    void on_switch(std::string_view message);
     boost::asio::awaitable<void> serve();
     boost::asio::awaitable<void> read_loop();
     boost::asio::awaitable<void> write_loop();
@@ -165,6 +172,9 @@ private:
     boost::asio::steady_timer writer_wake_;  // condition variable of the idle writer
     boost::asio::steady_timer deadline_;     // the earliest deadline of the pipeline
     boost::asio::steady_timer backoff_timer_;
+    boost::asio::ip::tcp::socket watch_socket_;  // the +switch-master subscription
+    std::unique_ptr<tls_stream> watch_tls_;
+    boost::asio::steady_timer watch_timer_;  // the pause between two subscriptions
     redis_clock::time_point deadline_armed_ = redis_clock::time_point::max();
     std::unordered_map<redis_pipeline::id, waiter> waiters_;
     std::vector<redis_pipeline::id> expired_;  // reused by the deadline loop
