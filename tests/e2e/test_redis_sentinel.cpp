@@ -172,3 +172,31 @@ TEST_CASE("redis sentinel: two gateways admit exactly the limit, and follow a fa
     // A fresh identifier is limited exactly again, through both gateways.
     CHECK(admitted(gws, "10.3.0.2", 12) == 5);
 }
+
+TEST_CASE("redis sentinel: a manual failover (the primary demoted, not dead) is followed") {
+    sentinel_setup s;
+    auto up = start_upstream();
+    std::vector<std::unique_ptr<gateway>> gws;
+    for (int i = 0; i < 2; ++i) gws.push_back(start_gateway(gateway_yaml(up->port, {}, sentinel_yaml(s))));
+    for (auto& g : gws) REQUIRE(eventually([&] { return ready(*g); }));
+    CHECK(admitted(gws, "10.4.0.1", 12) == 5);
+
+    const auto asked = steady_clock::now();
+    process failover({"redis-cli", "-p", std::to_string(s.sentinel_ports[0]), "SENTINEL", "FAILOVER", s.master});
+    REQUIRE(failover.wait_exit(10s) == 0);
+    INFO("redis-cli: ", failover.output());
+    REQUIRE(failover.output().find("OK") != std::string::npos);
+    // Every worker (two per gateway) moves to the new primary when the sentinels announce
+    // +switch-master (the demoted one drops its clients, or answers READONLY, only when the
+    // sentinels reconfigure it, seconds later).
+    const std::string moved = "names 127.0.0.1:" + std::to_string(s.replica_port) + " as the primary";
+    for (auto& g : gws) {
+        INFO("gateway output:\n", g->proc->output());
+        REQUIRE(eventually([&] { return count_of(g->proc->output(), moved) >= 2; }, seconds(20)));
+        CHECK(g->proc->output().find("sentinels switched the primary of " + s.master) != std::string::npos);
+        REQUIRE(eventually([&] { return ready(*g); }, seconds(5)));
+    }
+    MESSAGE("manual failover followed ", duration_cast<milliseconds>(steady_clock::now() - asked).count(),
+            " ms after SENTINEL FAILOVER");
+    CHECK(admitted(gws, "10.4.0.2", 12) == 5);
+}
