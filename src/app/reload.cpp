@@ -63,6 +63,8 @@ reload_result load_for_reload(const config::config& running) {
     keep(st.redis_database, was.redis_database, "store.redis.database", changed);
     keep(st.redis_timeout, was.redis_timeout, "store.redis.timeout", changed);
     keep(st.redis_key_prefix, was.redis_key_prefix, "store.redis.key_prefix", changed);
+    keep(st.redis_tls, was.redis_tls, "store.redis.tls", changed);
+    keep(st.redis_sentinel, was.redis_sentinel, "store.redis.sentinel", changed);
     keep(st.hash_secret_env, was.hash_secret_env, "store.hash_secret_env", changed);
     return {true, "reloaded " + running.source, next, std::move(changed)};
 }

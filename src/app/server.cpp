@@ -121,7 +121,15 @@ bool gateway::start_store() {
         metrics_.set_store_gauges([mem] { return mem->keys_held(); }, [mem] { return mem->evictions(); });
         return true;
     }
-    for (unsigned i = 0; i < threads_; ++i) redis_.push_back(std::make_unique<store::redis_store>(cfg_->store));
+    store::redis_store_options redis_options;
+    try {
+        if (cfg_->store.redis_tls) redis_options.tls = store::make_tls_context(*cfg_->store.redis_tls);
+    } catch (const std::exception& e) {
+        spdlog::error("{}", e.what());
+        return false;
+    }
+    for (unsigned i = 0; i < threads_; ++i)
+        redis_.push_back(std::make_unique<store::redis_store>(cfg_->store, redis_options));
     add_redis_metrics();
     if (cfg_->store.on_error == config::store_config::failure_mode::local) {
         // One memory store for every worker: the gateway's share of a limit is its own, not per thread.

@@ -4,6 +4,7 @@
 #include "config/config.hpp"
 
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -11,6 +12,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <sstream>
@@ -537,15 +539,63 @@ std::string read_key_prefix(const node_ref& v) {
     return s;
 }
 
-void read_redis(const node_ref& n, store_config& out) {
+// A file the gateway will open at start: it must be readable now (config load, --check).
+std::string read_readable_file(const node_ref& v) {
+    std::string path = read_string(v);
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) v.fail("no such file: " + path);
+    if (::access(path.c_str(), R_OK) != 0) v.fail("cannot read " + path + ": " + std::strerror(errno));
+    return path;
+}
+
+redis_tls_config read_redis_tls(const node_ref& n) {
+    redis_tls_config tls;
+    read_mapping(n,
+                 {
+                     {"ca_file", [&](const node_ref& v) { tls.ca_file = read_readable_file(v); }, presence::required},
+                     {"cert_file", [&](const node_ref& v) { tls.cert_file = read_readable_file(v); }},
+                     {"key_file", [&](const node_ref& v) { tls.key_file = read_readable_file(v); }},
+                     {"server_name", [&](const node_ref& v) { tls.server_name = read_string(v); }},
+                 });
+    if (tls.cert_file.empty() != tls.key_file.empty()) {
+        const char* missing = tls.cert_file.empty() ? "cert_file" : "key_file";
+        n.fail_at(n.mark(), n.path_of(missing), "required with a client certificate (give cert_file and key_file)");
+    }
+    return tls;
+}
+
+redis_sentinel_config read_redis_sentinel(const node_ref& n) {
+    redis_sentinel_config s;
     read_mapping(n, {
-                        {"nodes", [&](const node_ref& v) { out.redis_nodes = read_host_ports(v); }},
+                        {"master", [&](const node_ref& v) { s.master = read_string(v); }, presence::required},
+                        {"nodes", [&](const node_ref& v) { s.nodes = read_host_ports(v); }, presence::required},
+                    });
+    return s;
+}
+
+void read_redis(const node_ref& n, store_config& out) {
+    std::optional<node_ref> nodes, sentinel;
+    read_mapping(n, {
+                        {"nodes",
+                         [&](const node_ref& v) {
+                             out.redis_nodes = read_host_ports(v);
+                             nodes = v;
+                         }},
+                        {"tls", [&](const node_ref& v) { out.redis_tls = read_redis_tls(v); }},
+                        {"sentinel",
+                         [&](const node_ref& v) {
+                             out.redis_sentinel = read_redis_sentinel(v);
+                             sentinel = v;
+                         }},
                         {"password_env", [&](const node_ref& v) { out.redis_password_env = read_env_name(v); }},
                         {"username", [&](const node_ref& v) { out.redis_username = read_string(v); }},
                         {"database", [&](const node_ref& v) { out.redis_database = schema::read_uint_as(v, 0u, 15u); }},
                         {"timeout", [&](const node_ref& v) { out.redis_timeout = read_duration(v, zero::refused); }},
                         {"key_prefix", [&](const node_ref& v) { out.redis_key_prefix = read_key_prefix(v); }},
                     });
+    if (nodes && sentinel)
+        sentinel->fail_at_key(
+            "give either nodes or sentinel, not both (with sentinel, the sentinels name the primary)");
 }
 
 std::uint32_t read_fleet_size(const node_ref& v) { return schema::read_uint_as<std::uint32_t>(v, 1, 100'000); }
@@ -553,7 +603,7 @@ std::uint32_t read_fleet_size(const node_ref& v) { return schema::read_uint_as<s
 void read_store(const node_ref& n, store_config& out) {
     using kind = store_config::kind;
     using failure_mode = store_config::failure_mode;
-    std::optional<node_ref> on_error;  // checked once the whole section is read: store.type may follow
+    std::optional<node_ref> on_error, redis;  // checked once the whole section is read: store.type may follow
     read_mapping(n, {
                         {"type",
                          [&](const node_ref& v) {
@@ -566,7 +616,11 @@ void read_store(const node_ref& n, store_config& out) {
                                                        schema::read_uint_as<std::size_t>(v, 1, 1'000'000'000);
                                                }}});
                          }},
-                        {"redis", [&](const node_ref& v) { read_redis(v, out); }},
+                        {"redis",
+                         [&](const node_ref& v) {
+                             read_redis(v, out);
+                             redis.emplace(v);
+                         }},
                         {"on_error",
                          [&](const node_ref& v) {
                              out.on_error = read_enum<failure_mode>(v, {"allow", "deny", "local"});
@@ -577,6 +631,8 @@ void read_store(const node_ref& n, store_config& out) {
                     });
     if (on_error && out.on_error == failure_mode::local && out.type == kind::memory)
         on_error->fail(local_needs_shared_store);
+    if (redis && out.redis_sentinel && out.type == kind::redis_cluster)
+        redis->fail("sentinel is for store.type redis; a cluster is found through its nodes (seeds)");
 }
 
 // --- clients ---

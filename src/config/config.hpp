@@ -94,6 +94,24 @@ struct host_port {
     bool operator==(const host_port&) const = default;
 };
 
+// store.redis.tls: TLS to Redis (and to the sentinels). The files were readable at load.
+struct redis_tls_config {
+    std::string ca_file;      // PEM CA bundle the server's certificate must chain to
+    std::string cert_file;    // client certificate (PEM); "" = none (then key_file is "" too)
+    std::string key_file;     // its private key (PEM)
+    std::string server_name;  // SNI and the name verified; "" = the host connected to
+
+    bool operator==(const redis_tls_config&) const = default;
+};
+
+// store.redis.sentinel: the primary's address comes from these sentinels.
+struct redis_sentinel_config {
+    std::string master;            // the name the sentinels monitor
+    std::vector<host_port> nodes;  // the sentinels, asked in order (non-empty)
+
+    bool operator==(const redis_sentinel_config&) const = default;
+};
+
 struct store_config {
     enum class kind { memory, redis, redis_cluster };
     enum class failure_mode { allow, deny, local };
@@ -105,6 +123,8 @@ struct store_config {
     unsigned redis_database = 0;                              // store.redis.database (0..15)
     duration redis_timeout = std::chrono::milliseconds(50);   // store.redis.timeout (> 0)
     std::string redis_key_prefix = "sluice:";                 // store.redis.key_prefix
+    std::optional<redis_tls_config> redis_tls;                // store.redis.tls (unset = plain TCP)
+    std::optional<redis_sentinel_config> redis_sentinel;      // store.redis.sentinel (then nodes is unused)
     failure_mode on_error = failure_mode::allow;              // store.on_error: allow | deny | local
     std::uint32_t fleet_size = 1;                             // store.fleet_size (>= 1): on_error local divides by it
     std::string hash_secret_env = "SLUICE_HASH_SECRET";       // store.hash_secret_env

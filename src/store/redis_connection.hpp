@@ -14,6 +14,14 @@
 //  - After start(), it connects in the background and after any loss reconnects with
 //    exponential backoff (with jitter); on connect: AUTH (if a password is set), SELECT
 //    (if database != 0), SCRIPT LOAD of options.script (if not empty), then ready.
+//  - With options.tls, every connection (sentinels included) is TLS: the server's
+//    certificate must chain to the context's CA and name tls_server_name (or the host).
+//  - With options.sentinels, each connect first asks them in order for the primary of
+//    sentinel_master; a lost connection asks again (how a failover is followed). One
+//    sentinel at a time is also subscribed to +switch-master: a switch away from the node
+//    this connection uses drops it (a demoted primary may take seconds to refuse writes).
+//  - An error reply starting with READONLY (the node is a replica now) is that call's
+//    answer, and the connection is dropped so that the next connect looks again.
 //
 // Thread: create it, call start(), call(), stop() and script_sha() on the thread running
 // its executor (one worker's io_context). ready() from any thread. Hold it in a
@@ -28,6 +36,8 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <atomic>
@@ -55,14 +65,24 @@ struct redis_connection_options {
     std::size_t max_in_flight = 1024;
     redis_clock::duration backoff_first = std::chrono::milliseconds(50);
     redis_clock::duration backoff_max = std::chrono::seconds(1);  // the README promises a second
-    std::string script;  // loaded on every connect and after NOSCRIPT; "" = none
+    std::string script;                              // loaded on every connect and after NOSCRIPT; "" = none
+    std::shared_ptr<boost::asio::ssl::context> tls;  // null = plain TCP; shared, only read
+    std::string tls_server_name;                     // "" = the host connected to
+    std::string sentinel_master;
+    std::vector<config::host_port> sentinels;  // non-empty: the primary comes from them
 
     // From store.redis.*: the first node, the password read from the environment variable
-    // named by password_env (unset or empty: no AUTH).
-    static redis_connection_options from(const config::store_config& c, std::string script);
+    // named by password_env (unset or empty: no AUTH), TLS and Sentinel. With store.redis.tls
+    // and no `tls` given, the context is built here (make_tls_context, which may throw).
+    static redis_connection_options from(const config::store_config& c, std::string script,
+                                         std::shared_ptr<boost::asio::ssl::context> tls = nullptr);
     // How long the oldest outstanding command may wait before the connection is rebuilt.
     redis_clock::duration stall_after() const;
 };
+
+// The client TLS context of store.redis.tls: peer verification against ca_file, the client
+// certificate if given. Throws std::runtime_error naming the file that did not load.
+std::shared_ptr<boost::asio::ssl::context> make_tls_context(const config::redis_tls_config& c);
 
 class redis_connection : public std::enable_shared_from_this<redis_connection> {
 public:
@@ -112,8 +132,26 @@ private:
     redis_connection(boost::asio::any_io_executor ex, redis_connection_options o,
                      std::shared_ptr<redis_counters> counters);
 
+    using tls_stream = boost::asio::ssl::stream<boost::asio::ip::tcp::socket&>;
+
     boost::asio::awaitable<void> run(std::shared_ptr<redis_connection> self);
     boost::asio::awaitable<bool> connect_socket();
+    // Resolves and connects `s`, then with TLS makes `tls` over it and shakes hands, all
+    // before `timer` (armed by the caller) expires.
+    boost::asio::awaitable<boost::system::error_code> open_stream(boost::asio::ip::tcp::socket& s,
+                                                                  std::unique_ptr<tls_stream>& tls,
+                                                                  const std::string& host, std::uint16_t port,
+                                                                  boost::asio::steady_timer& timer);
+    // One command on a connection of its own, within connect_timeout: the reply or null.
+    boost::asio::awaitable<reply_ptr> ask_once(const config::host_port& to, std::vector<std::string> argv);
+    // Asks the sentinels in order; sets host_ and port_ from the first that names a primary.
+    boost::asio::awaitable<bool> find_primary();
+    void note_failure(const std::string& what);
+    // The +switch-master subscription, on one sentinel after another while not stopped.
+    boost::asio::awaitable<void> watch_switches(std::shared_ptr<redis_connection> self);
+    // Reads the subscription until its connection ends.
+    boost::asio::awaitable<void> read_switches();
+    void on_switch(std::string_view message);
     boost::asio::awaitable<void> serve();
     boost::asio::awaitable<void> read_loop();
     boost::asio::awaitable<void> write_loop();
@@ -133,9 +171,16 @@ private:
     redis_pipeline pipeline_;
     reply_reader reader_;
     boost::asio::ip::tcp::socket socket_;
+    std::unique_ptr<tls_stream> tls_;  // over socket_, made afresh for each connection
+    std::string host_;                 // where this connection goes (a sentinel may change it)
+    std::uint16_t port_ = 0;
+    std::string last_failure_;               // logged at warn once, then at debug while it repeats
     boost::asio::steady_timer writer_wake_;  // condition variable of the idle writer
     boost::asio::steady_timer deadline_;     // the earliest deadline of the pipeline
     boost::asio::steady_timer backoff_timer_;
+    boost::asio::ip::tcp::socket watch_socket_;  // the +switch-master subscription
+    std::unique_ptr<tls_stream> watch_tls_;
+    boost::asio::steady_timer watch_timer_;  // the pause between two subscriptions
     redis_clock::time_point deadline_armed_ = redis_clock::time_point::max();
     std::unordered_map<redis_pipeline::id, waiter> waiters_;
     std::vector<redis_pipeline::id> expired_;  // reused by the deadline loop

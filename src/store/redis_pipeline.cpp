@@ -41,6 +41,11 @@ bool is_noscript_reply(const redisReply* r) {
            std::string_view(r->str, r->len).starts_with("NOSCRIPT");
 }
 
+bool is_readonly_reply(const redisReply* r) {
+    return r != nullptr && r->type == REDIS_REPLY_ERROR && r->str != nullptr &&
+           std::string_view(r->str, r->len).starts_with("READONLY");
+}
+
 // --- reply_reader -------------------------------------------------------------------
 
 reply_reader::reply_reader() : reader_(redisReaderCreate()) {

@@ -36,6 +36,8 @@ std::string format_command(std::initializer_list<std::string_view> argv);
 
 // An error reply starting with "NOSCRIPT": the EVALSHA did not run.
 bool is_noscript_reply(const redisReply* r);
+// An error reply starting with "READONLY": the node is a replica (it was demoted).
+bool is_readonly_reply(const redisReply* r);
 
 // Incremental RESP parser (hiredis' redisReader): feed bytes as they arrive, take whole
 // replies out in order.

@@ -41,7 +41,7 @@ limit::check_result error_result(std::string why) {
 }  // namespace
 
 redis_store::redis_store(const config::store_config& c, const redis_store_options& o)
-    : conn_opts_(redis_connection_options::from(c, o.script.empty() ? std::string(rate_limit_lua) : o.script)),
+    : conn_opts_(redis_connection_options::from(c, o.script.empty() ? std::string(rate_limit_lua) : o.script, o.tls)),
       key_prefix_(c.redis_key_prefix),
       counters_(std::make_shared<redis_counters>()),
       cache_(o.deny_cache_max) {

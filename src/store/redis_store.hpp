@@ -43,6 +43,9 @@ struct redis_store_options {
     std::size_t deny_cache_max = 10'000;
     std::size_t max_in_flight = 1024;
     std::string script;  // the rate-limit script's source; "" = the embedded lua/rate_limit.lua
+    // The TLS context of store.redis.tls, built once and shared by every worker's store;
+    // null with store.redis.tls set: this store builds its own (the constructor may throw).
+    std::shared_ptr<boost::asio::ssl::context> tls;
 };
 
 class redis_store final : public limit::store {

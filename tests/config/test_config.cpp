@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -768,4 +770,88 @@ TEST_CASE("routes: match.case_insensitive is a boolean, false by default") {
     CHECK(string_error("upstream: {url: 'http://h'}\n"
                        "routes: [{match: {path: /a, case_insensitive: yes}, policy: none}]\n") ==
           "inline.yaml:2:47: routes[0].match.case_insensitive: expected true or false");
+}
+
+namespace {
+
+// A directory of small files for the keys that name files (removed when the test ends).
+struct temp_files {
+    temp_files() {
+        char tmpl[] = "/tmp/sluice-config-XXXXXX";
+        dir = ::mkdtemp(tmpl);
+    }
+    ~temp_files() { std::filesystem::remove_all(dir); }
+    std::string add(const std::string& name) {
+        std::ofstream(dir + "/" + name) << "pem\n";
+        return dir + "/" + name;
+    }
+    std::string dir;
+};
+
+}  // namespace
+
+TEST_CASE("store.redis.tls: ca_file required, client certificate and key together, files readable") {
+    temp_files t;
+    const auto ca = t.add("ca.pem"), cert = t.add("client.pem"), key = t.add("client.key");
+    const std::string head = "upstream: {url: 'http://h'}\nstore:\n  type: redis\n  redis:\n    tls: ";
+
+    auto c = cfg::load_string(head + "{ca_file: '" + ca + "'}\n", "inline.yaml");
+    REQUIRE(c->store.redis_tls);
+    CHECK(c->store.redis_tls->ca_file == ca);
+    CHECK(c->store.redis_tls->cert_file.empty());
+    CHECK(c->store.redis_tls->server_name.empty());
+    CHECK_FALSE(c->store.redis_sentinel);
+
+    c = cfg::load_string(head + "{ca_file: '" + ca + "', cert_file: '" + cert + "', key_file: '" + key +
+                             "', server_name: redis.internal}\n",
+                         "inline.yaml");
+    REQUIRE(c->store.redis_tls);
+    CHECK(c->store.redis_tls->cert_file == cert);
+    CHECK(c->store.redis_tls->key_file == key);
+    CHECK(c->store.redis_tls->server_name == "redis.internal");
+
+    CHECK_FALSE(cfg::load_string("upstream: {url: 'http://h'}\n", "inline.yaml")->store.redis_tls);
+
+    CHECK(string_error(head + "{server_name: r}\n") ==
+          "inline.yaml:5:10: store.redis.tls.ca_file: required key is missing");
+    CHECK(
+        string_error(head + "{ca_file: '" + ca + "', cert_file: '" + cert + "'}\n") ==
+        "inline.yaml:5:10: store.redis.tls.key_file: required with a client certificate (give cert_file and key_file)");
+    CHECK(string_error(head + "{ca_file: '" + ca + "', key_file: '" + key + "'}\n") ==
+          "inline.yaml:5:10: store.redis.tls.cert_file: required with a client certificate (give cert_file and "
+          "key_file)");
+    CHECK(string_error(head + "{ca_file: '" + t.dir + "/none.pem'}\n") ==
+          "inline.yaml:5:20: store.redis.tls.ca_file: no such file: " + t.dir + "/none.pem");
+    CHECK(string_error(head + "{ca_file: '" + t.dir + "'}\n") ==
+          "inline.yaml:5:20: store.redis.tls.ca_file: no such file: " + t.dir);
+    CHECK(string_error(head + "{ca_file: '" + ca + "', sni: x}\n").find("store.redis.tls.sni: unknown key") !=
+          std::string::npos);
+    if (::geteuid() != 0) {  // root reads anything
+        std::filesystem::permissions(key, std::filesystem::perms::none);
+        CHECK(string_error(head + "{ca_file: '" + ca + "', cert_file: '" + cert + "', key_file: '" + key + "'}\n")
+                  .find("store.redis.tls.key_file: cannot read " + key + ": Permission denied") != std::string::npos);
+    }
+}
+
+TEST_CASE("store.redis.sentinel: master and sentinels, not together with nodes") {
+    const std::string head = "upstream: {url: 'http://h'}\nstore:\n  type: redis\n  redis:\n";
+    auto c = cfg::load_string(head + "    sentinel: {master: mymaster, nodes: ['10.0.0.1:26379', 's2:26380']}\n",
+                              "inline.yaml");
+    REQUIRE(c->store.redis_sentinel);
+    CHECK(c->store.redis_sentinel->master == "mymaster");
+    REQUIRE(c->store.redis_sentinel->nodes.size() == 2);
+    CHECK(c->store.redis_sentinel->nodes[0] == cfg::host_port{"10.0.0.1", 26379});
+    CHECK(c->store.redis_sentinel->nodes[1] == cfg::host_port{"s2", 26380});
+
+    CHECK(string_error(head + "    sentinel: {nodes: ['s:26379']}\n") ==
+          "inline.yaml:5:15: store.redis.sentinel.master: required key is missing");
+    CHECK(string_error(head + "    sentinel: {master: m}\n") ==
+          "inline.yaml:5:15: store.redis.sentinel.nodes: required key is missing");
+    CHECK(string_error(head + "    sentinel: {master: m, nodes: []}\n") ==
+          "inline.yaml:5:34: store.redis.sentinel.nodes: must not be empty");
+    CHECK(string_error(head + "    sentinel: {master: m, nodes: ['s']}\n") ==
+          "inline.yaml:5:35: store.redis.sentinel.nodes[0]: expected host:port like \"redis:6379\" or \"[::1]:6379\"");
+    CHECK(string_error(head + "    nodes: ['r:6379']\n    sentinel: {master: m, nodes: ['s:26379']}\n") ==
+          "inline.yaml:6:5: store.redis.sentinel: give either nodes or sentinel, not both (with sentinel, the "
+          "sentinels name the primary)");
 }

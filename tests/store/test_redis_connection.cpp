@@ -258,7 +258,7 @@ TEST_CASE("concurrent calls are pipelined and each gets its own reply") {
     CHECK_FALSE(conn->ready());
 }
 
-TEST_CASE("a slow call times out at its deadline; later calls still get their own replies") {
+TEST_CASE("a slow call times out at its deadline, and later calls still get their own replies") {
     redis_server server(free_port());
     asio::io_context ioc;
     auto counters = std::make_shared<redis_counters>();
@@ -300,7 +300,7 @@ TEST_CASE("a slow call times out at its deadline; later calls still get their ow
     });
 }
 
-TEST_CASE("Redis stopped: calls fail at once; restarted: the connection recovers and reloads the script") {
+TEST_CASE("Redis stopped: calls fail at once, restarted: the connection recovers and reloads the script") {
     redis_server server(free_port());
     asio::io_context ioc;
     auto counters = std::make_shared<redis_counters>();
@@ -541,7 +541,7 @@ TEST_CASE("a head outstanding for longer than stall_after fails everything and r
     });
 }
 
-TEST_CASE("handshake: AUTH and SELECT; a wrong password never becomes ready") {
+TEST_CASE("handshake: AUTH and SELECT, a wrong password never becomes ready") {
     redis_server server(free_port(), {"--requirepass", "s3cret"});
     {
         asio::io_context ioc;
@@ -577,4 +577,25 @@ TEST_CASE("handshake: AUTH and SELECT; a wrong password never becomes ready") {
             conn->stop();
         });
     }
+}
+
+TEST_CASE("READONLY (the node is a replica now): that call gets the error and the connection is rebuilt") {
+    redis_server replica(free_port(), {"--replicaof", "127.0.0.1", std::to_string(free_port())});
+    asio::io_context ioc;
+    auto counters = std::make_shared<redis_counters>();
+    auto conn = redis_connection::create(ioc.get_executor(), options_for(replica.port(), 1s), counters);
+    conn->start();
+
+    run(ioc, [&]() -> asio::awaitable<void> {
+        REQUIRE(co_await eventually([&] { return conn->ready(); }, 2s));
+        auto r = co_await conn->call(cmd("SET", "k", "v"));
+        REQUIRE(r.ok());
+        CHECK(r.reply->type == REDIS_REPLY_ERROR);
+        CHECK(text(r).starts_with("READONLY"));
+        CHECK(co_await eventually([&] { return counters->connection_lost.get() == 1; }, 1s));
+        // Reads still work once it has reconnected (here, to the same replica).
+        REQUIRE(co_await eventually([&] { return conn->ready() && counters->reconnects.get() == 1; }, 3s));
+        CHECK(text(co_await conn->call(cmd("GET", "k"))) == "<ok>");  // nil: no string
+        conn->stop();
+    });
 }
