@@ -258,7 +258,7 @@ TEST_CASE("hardening: a chunk line or trailer without an end does not grow the g
 
 // Finding 7. Only the first of several X-Forwarded-For fields was forwarded (the others were
 // dropped), and X-Forwarded-Proto was always overwritten, even from a trusted proxy.
-TEST_CASE("hardening: X-Forwarded-For fields are joined; a trusted proxy's X-Forwarded-Proto is kept") {
+TEST_CASE("hardening: X-Forwarded-For fields are joined, a trusted proxy's X-Forwarded-Proto is kept") {
     auto up = start_upstream();
     const std::string raw =
         "GET /echo HTTP/1.1\r\nHost: test\r\nX-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 6.6.6.6\r\n"

@@ -195,7 +195,7 @@ routes:
     CHECK(eventually_metric(f.gw->admin_port, R"(sluice_requests_total{route="/heavy*",status="4xx"})", 1) == 1);
 }
 
-TEST_CASE("users: API keys and JWT subjects have budgets of their own; a bad token gets 401") {
+TEST_CASE("users: API keys and JWT subjects have budgets of their own, a bad token gets 401") {
     const std::string secret = "e2e-secret-for-tests";
     limited_fixture f(R"(
 clients:

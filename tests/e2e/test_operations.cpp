@@ -30,7 +30,7 @@ int reloads_ok(const gateway& gw) {
 
 }  // namespace
 
-TEST_CASE("SIGHUP reloads the file; limit state survives for unchanged tier ids") {
+TEST_CASE("SIGHUP reloads the file, limit state survives for unchanged tier ids") {
     auto up = start_upstream();
     auto gw = start_gateway(gateway_yaml(up->port, {}, limits_yaml(1)));
     CHECK(fetch(gw->port, "GET", "/").status == 200);

@@ -237,7 +237,7 @@ TEST_CASE("status codes, early hints, hop-by-hop response headers, stats") {
     CHECK(stats.at("requests").to_number<std::uint64_t>() == 5);
 }
 
-TEST_CASE("upgrade echoes raw bytes; slow responses hit client timeouts") {
+TEST_CASE("upgrade echoes raw bytes, slow responses hit client timeouts") {
     auto up = start_upstream();
     {
         connection c("127.0.0.1", up->port);

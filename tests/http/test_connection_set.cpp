@@ -70,7 +70,7 @@ void run_for(asio::io_context& ioc, std::chrono::milliseconds d) {
 
 }  // namespace
 
-TEST_CASE("connection_set: a passed deadline cancels the pending read; arm() clears expired()") {
+TEST_CASE("connection_set: a passed deadline cancels the pending read, arm() clears expired()") {
     asio::io_context ioc;
     socket_pair armed(ioc), unarmed(ioc);
     connection_set set(ioc, tick);
@@ -128,7 +128,7 @@ TEST_CASE("connection_set: an expired deadline that is not re-armed cancels an o
     CHECK(r.ec == asio::error::operation_aborted);
 }
 
-TEST_CASE("connection_set: watch_upstream(&s) makes expiry cancel s too; watch_upstream(nullptr) stops it") {
+TEST_CASE("connection_set: watch_upstream(&s) makes expiry cancel s too, watch_upstream(nullptr) stops it") {
     asio::io_context ioc;
     socket_pair client(ioc), upstream(ioc);
     connection_set set(ioc, tick);
@@ -198,7 +198,7 @@ TEST_CASE("connection_set: drain() expires idle connections at once and calls on
     CHECK(set.size() == 0);
 }
 
-TEST_CASE("connection_set: size() follows tracked connections; one outliving its set is safe to destroy") {
+TEST_CASE("connection_set: size() follows tracked connections, one outliving its set is safe to destroy") {
     asio::io_context ioc;
     socket_pair a(ioc), b(ioc);
     std::optional<connection_set> set;

@@ -153,7 +153,7 @@ TEST_CASE("write_failure: a valid HTTP/1.1 response, Content-Length framing the 
     }
 }
 
-TEST_CASE("write_failure: extra fields go in the head; with() changes only the message; output is appended") {
+TEST_CASE("write_failure: extra fields go in the head, with() changes only the message, output is appended") {
     std::string out = "HTTP/1.1 100 Continue\r\n\r\n";  // already queued: must stay in front
     const std::string before = out;
     const std::string message = "token expired \"now\"\\";

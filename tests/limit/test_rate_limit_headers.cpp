@@ -181,7 +181,7 @@ TEST_CASE("rate-limit fields, both: the ietf pair and the legacy trio, agreeing"
     CHECK(std::to_string(limit[0].params.at("t")) == lines.at("X-RateLimit-Reset"));
 }
 
-TEST_CASE("rate-limit fields: none, or a decision without tiers, adds nothing; fields are appended") {
+TEST_CASE("rate-limit fields: none, or a decision without tiers, adds nothing, fields are appended") {
     two_tiers f;
     CHECK(fields_of(f.d, style::none).empty());
     decision empty;

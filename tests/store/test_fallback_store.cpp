@@ -83,7 +83,7 @@ struct fixture {
 
 }  // namespace
 
-TEST_CASE("fallback_store: the shared store's answers while it answers; none local") {
+TEST_CASE("fallback_store: the shared store's answers while it answers, none local") {
     fixture f;
     for (int i = 0; i < 20; ++i) CHECK(f.ask(f.a).verdict.allowed);
     CHECK(f.shared.shared_answers == 20);

@@ -177,7 +177,7 @@ TEST_CASE("expire handles a mix of written and queued requests at once") {
     CHECK(ev.request == c);
 }
 
-TEST_CASE("a stalled head asks for a rebuild; disconnect fails everything and resends nothing") {
+TEST_CASE("a stalled head asks for a rebuild, disconnect fails everything and resends nothing") {
     fixture f;
     auto a = f.push("a", 50ms);
     f.take();
