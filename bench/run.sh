@@ -7,7 +7,8 @@
 #
 # Usage: bench/run.sh            (as root on Debian 12; see bench/README.md)
 #   env: CONTENDERS="sluice nginx haproxy sluice-limit-pass nginx-limit-pass
-#                    sluice-limit-reject nginx-limit-reject sluice-redis node-redis"
+#                    sluice-limit-reject nginx-limit-reject sluice-redis sluice-cluster
+#                    node-redis"
 #        ROUNDS=3  DURATION=4s  WARMUP=2s  CONNECTIONS=64  THREADS=2
 #        ORDER=fixed|rotate  PIN=0|1  SLUICE_BIN=build/sluice  LIMIT_HEADERS=ietf
 #        RATIOS="sluice:nginx sluice:haproxy sluice-limit-pass:nginx-limit-pass ..."
@@ -34,7 +35,7 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 cd "$REPO_ROOT" || exit 1
 
-DEFAULT_CONTENDERS="sluice nginx haproxy sluice-limit-pass nginx-limit-pass sluice-limit-reject nginx-limit-reject sluice-redis node-redis"
+DEFAULT_CONTENDERS="sluice nginx haproxy sluice-limit-pass nginx-limit-pass sluice-limit-reject nginx-limit-reject sluice-redis sluice-cluster node-redis"
 CONTENDERS=${CONTENDERS:-$DEFAULT_CONTENDERS}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-4s}
@@ -44,7 +45,7 @@ THREADS=${THREADS:-2}
 ORDER=${ORDER:-fixed}           # fixed: same order every round; rotate: shift by one per round
 PIN=${PIN:-0}                   # 1: proxy on CPU 0, upstream + wrk on the other CPUs
 SLUICE_BIN=${SLUICE_BIN:-build/sluice}
-RATIOS=${RATIOS:-"sluice:nginx sluice:haproxy sluice-limit-pass:nginx-limit-pass sluice-limit-reject:nginx-limit-reject sluice-limit-pass:sluice nginx-limit-pass:nginx sluice-redis:sluice-limit-pass sluice-redis:node-redis sluice-redis:nginx node-redis:nginx"}
+RATIOS=${RATIOS:-"sluice:nginx sluice:haproxy sluice-limit-pass:nginx-limit-pass sluice-limit-reject:nginx-limit-reject sluice-limit-pass:sluice nginx-limit-pass:nginx sluice-redis:sluice-limit-pass sluice-cluster:sluice-redis sluice-redis:node-redis sluice-redis:nginx node-redis:nginx"}
 LIMIT_HEADERS=${LIMIT_HEADERS:-ietf}  # Sluice limit contenders: response.headers (ietf|legacy|both|none)
 HASH_SECRET=bench-only-hash-secret    # SLUICE_HASH_SECRET for every Sluice (keyed hashing, as in production)
 WRK_TIMEOUT=${WRK_TIMEOUT:-2s}
@@ -104,7 +105,7 @@ ensure_packages() {  # install nginx, haproxy, wrk (redis-server, node) from Deb
   command -v wrk     >/dev/null 2>&1 || missing+=(wrk)
   command -v python3 >/dev/null 2>&1 || missing+=(python3)
   command -v pgrep   >/dev/null 2>&1 || missing+=(procps)
-  if [[ " $CONTENDERS " == *" sluice-redis "* || " $CONTENDERS " == *" node-redis "* ]]; then
+  if [[ " $CONTENDERS " == *" sluice-redis "* || " $CONTENDERS " == *" sluice-cluster "* || " $CONTENDERS " == *" node-redis "* ]]; then
     [ -x "$REDIS_SERVER" ] || missing+=(redis-server)
     command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
   fi
@@ -387,8 +388,7 @@ start_contender_nginx_limit_reject() {
 # ---------------------------------------------------------------- Redis store contenders
 REDIS_PORT="" REDIS_PID=""
 need_redis() {  # need_redis NAME: starts the bench's redis-server (once) on a free loopback port
-  C_REDIS[$1]=1
-  [ -n "$REDIS_PID" ] && return 0
+  if [ -n "$REDIS_PID" ]; then C_REDIS[$1]="$REDIS_PID:$REDIS_PORT"; return 0; fi
   read -r REDIS_PORT <<<"$(free_ports 1)"
   mkdir -p "$WORK/redis"
   # no persistence, no eviction (README "Redis store"), loopback only, in the foreground
@@ -404,10 +404,64 @@ need_redis() {  # need_redis NAME: starts the bench's redis-server (once) on a f
   done
   [ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ] || die "redis-server on 127.0.0.1:$REDIS_PORT does not answer PING"
   say "redis: redis-server $("$REDIS_SERVER" --version | awk '{print $3}' | sed 's/^v=//') on 127.0.0.1:$REDIS_PORT (--save \"\" --appendonly no --maxmemory-policy noeviction)"
+  C_REDIS[$1]="$REDIS_PID:$REDIS_PORT"
 }
 
-redis_commands() {  # total_commands_processed of the bench's redis-server (this INFO included)
-  redis-cli -p "$REDIS_PORT" info stats 2>/dev/null | tr -d '\r' | awk -F: '$1 == "total_commands_processed" { print $2 }'
+CLUSTER_NODES=""  # "pid:port ..." of the bench's Redis Cluster
+need_cluster() {  # need_cluster NAME: starts a 3-primary Redis Cluster (once), no replicas
+  if [ -n "$CLUSTER_NODES" ]; then C_REDIS[$1]=$CLUSTER_NODES; return 0; fi
+  local ports port i nodes=() create=()
+  # a node's cluster bus listens 10000 above its port: both must be free, the port <= 55535
+  ports=$(python3 -c '
+import random, socket
+def free(p):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+out = []
+while len(out) < 3:
+    p = random.randint(20000, 55535)
+    if p not in out and free(p) and free(p + 10000): out.append(p)
+print(" ".join(map(str, out)))')
+  for port in $ports; do
+    mkdir -p "$WORK/cluster-$port"
+    start_bg "cluster-$port" other -- "$REDIS_SERVER" --port "$port" --bind 127.0.0.1 --protected-mode yes \
+      --daemonize no --dir "$WORK/cluster-$port" --save "" --appendonly no --maxmemory-policy noeviction \
+      --cluster-enabled yes --cluster-config-file "$WORK/cluster-$port/nodes.conf" --loglevel warning
+    wait_port "$port" "$BG_PID" "cluster-$port"
+    nodes+=("$BG_PID:$port"); create+=("127.0.0.1:$port")
+  done
+  timeout 60 redis-cli --cluster create "${create[@]}" --cluster-replicas 0 --cluster-yes >"$WORK/cluster-create.txt" 2>&1 ||
+    { cat "$WORK/cluster-create.txt" >&2; die "redis-cli --cluster create failed"; }
+  for port in $ports; do
+    for ((i = 0; i < READY_TIMEOUT * 10; i++)); do
+      redis-cli -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' && break
+      sleep 0.1
+    done
+    redis-cli -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || die "cluster node $port: state not ok"
+  done
+  CLUSTER_NODES="${nodes[*]}"
+  C_REDIS[$1]=$CLUSTER_NODES
+  say "redis cluster: 3 primaries on 127.0.0.1: ${ports} (no replicas, no persistence)"
+}
+
+redis_commands() {  # redis_commands "PID:PORT ...": total_commands_processed summed (these INFOs included)
+  local node total=0 n
+  for node in $1; do
+    n=$(redis-cli -p "${node#*:}" info stats 2>/dev/null | tr -d '\r' | awk -F: '$1 == "total_commands_processed" { print $2 }')
+    total=$((total + ${n:-0}))
+  done
+  echo "$total"
+}
+
+redis_cpu_ticks() {  # redis_cpu_ticks "PID:PORT ...": CPU ticks summed over the nodes
+  local node total=0
+  for node in $1; do total=$((total + $(cpu_ticks "${node%%:*}"))); done
+  echo "$total"
 }
 
 sluice_redis_metrics() {  # sluice_redis_metrics ADMIN_PORT -> "commands writes errors timeouts" (-1: missing)
@@ -450,6 +504,32 @@ routes:
     sleep 0.1
   done
   show_log sluice-redis; die "sluice-redis: /readyz not 200 within ${READY_TIMEOUT}s (last: $got)"
+}
+
+# sluice-redis on a 3-primary Redis Cluster: one EVALSHA per identifier (here one: the
+# client address), routed by slot; redis-server CPU and commands summed over the nodes.
+start_contender_sluice_cluster() {
+  need_cluster sluice-cluster
+  local seed=${CLUSTER_NODES%% *}
+  start_sluice sluice-cluster "$1" "$2" 200 "store:
+  type: redis-cluster
+  redis: { nodes: [\"127.0.0.1:${seed#*:}\"], timeout: 50ms }
+  on_error: allow
+response: { headers: $LIMIT_HEADERS }
+policies:
+  pass:
+    ip:
+      - {limit: 1000000000, per: 1s, algorithm: fixed}
+      - {limit: 1000000000, per: 1m, algorithm: sliding}
+routes:
+  - {match: {path_prefix: /}, policy: pass}"
+  C_METRICS[sluice-cluster]=$2
+  local i got=""
+  for ((i = 0; i < READY_TIMEOUT * 10; i++)); do   # /readyz: every primary connected
+    got=$(http_get "http://127.0.0.1:$2/readyz"); [ "${got%%$'\t'*}" = 200 ] && return 0
+    sleep 0.1
+  done
+  show_log sluice-cluster; die "sluice-cluster: /readyz not 200 within ${READY_TIMEOUT}s (last: $got)"
 }
 
 ensure_node_peer() {  # npm ci into bench/node-peer/node_modules unless it is already up to date
@@ -759,11 +839,12 @@ main() {
       rticks=- rcmds=- scmds=- swrites=- serrs=- extra=""
       # outside the contender's CPU window: Sluice's counters, then redis-server's commands and CPU
       if [ -n "${C_METRICS[$name]:-}" ]; then read -ra m0 <<<"$(sluice_redis_metrics "${C_METRICS[$name]}")"; fi
-      if [ -n "${C_REDIS[$name]:-}" ]; then rc0=$(redis_commands); rt0=$(cpu_ticks "$REDIS_PID"); fi
+      if [ -n "${C_REDIS[$name]:-}" ]; then rc0=$(redis_commands "${C_REDIS[$name]}"); rt0=$(redis_cpu_ticks "${C_REDIS[$name]}"); fi
       run_wrk "$name" "$DURATION" "$out"; ticks=$CPU_TICKS
       if [ -n "${C_REDIS[$name]:-}" ]; then
-        rt1=$(cpu_ticks "$REDIS_PID"); rc1=$(redis_commands)
-        rticks=$((rt1 - rt0)); rcmds=$((rc1 - rc0 - 1))   # minus the first INFO
+        rt1=$(redis_cpu_ticks "${C_REDIS[$name]}"); rc1=$(redis_commands "${C_REDIS[$name]}")
+        local nodes=(${C_REDIS[$name]})
+        rticks=$((rt1 - rt0)); rcmds=$((rc1 - rc0 - ${#nodes[@]}))   # minus the first INFO on each node
       fi
       if [ -n "${C_METRICS[$name]:-}" ]; then
         read -ra m1 <<<"$(sluice_redis_metrics "${C_METRICS[$name]}")"
