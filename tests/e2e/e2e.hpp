@@ -108,4 +108,16 @@ struct redis_server {
     void stop();  // SIGTERM and wait
 };
 
+// A CA, a server certificate for 127.0.0.1 and localhost, a client certificate, and a
+// second CA that signed none of them, made with the openssl CLI in a temporary directory
+// (removed at the end unless SLUICE_TEST_KEEP_TMP is set).
+struct tls_files {
+    tls_files();
+    ~tls_files();
+    tls_files(const tls_files&) = delete;
+    tls_files& operator=(const tls_files&) = delete;
+    std::string file(const std::string& name) const { return dir + "/" + name; }
+    std::string dir;
+};
+
 }  // namespace sluice::test

@@ -59,21 +59,48 @@ std::uint16_t cluster_port() {
     throw std::runtime_error("no free port pair for a cluster node");
 }
 
-// A cluster of `primaries` primaries with `replicas` replicas each, on loopback ports.
+// A cluster of `primaries` primaries with `replicas` replicas each, on loopback ports;
+// with `tls`, TLS only (clients, the cluster bus and replication), clients unauthenticated.
 struct cluster_nodes {
-    cluster_nodes(int primaries, int replicas) : dir(make_temp_dir()) {
+    cluster_nodes(int primaries, int replicas, const tls_files* tls = nullptr) : dir(make_temp_dir()) {
+        if (tls) tls_args = {"--tls", "--cacert", tls->file("ca.pem")};
         const int n = primaries * (1 + replicas);
         for (int i = 0; i < n; ++i) {
             const auto port = cluster_port();
             ports.push_back(port);
             const auto p = std::to_string(port);
-            procs.push_back(std::make_unique<process>(std::vector<std::string>{
-                "redis-server", "--port", p, "--bind", "127.0.0.1", "--cluster-enabled", "yes", "--cluster-config-file",
-                dir + "/nodes-" + p + ".conf", "--cluster-node-timeout", "1000", "--dir", dir, "--save", "",
-                "--appendonly", "no", "--maxmemory-policy", "noeviction"}));
+            std::vector<std::string> argv{"redis-server",
+                                          "--port",
+                                          p,
+                                          "--bind",
+                                          "127.0.0.1",
+                                          "--cluster-enabled",
+                                          "yes",
+                                          "--cluster-config-file",
+                                          dir + "/nodes-" + p + ".conf",
+                                          "--cluster-node-timeout",
+                                          "1000",
+                                          "--dir",
+                                          dir,
+                                          "--save",
+                                          "",
+                                          "--appendonly",
+                                          "no",
+                                          "--maxmemory-policy",
+                                          "noeviction"};
+            if (tls) {
+                argv[2] = "0";
+                argv.insert(argv.end(),
+                            {"--tls-port", p, "--tls-cluster", "yes", "--tls-replication", "yes", "--tls-cert-file",
+                             tls->file("server.pem"), "--tls-key-file", tls->file("server.key"), "--tls-ca-cert-file",
+                             tls->file("ca.pem"), "--tls-auth-clients", "no"});
+            }
+            procs.push_back(std::make_unique<process>(argv));
         }
         for (auto& p : procs) p->wait_for_line("Ready to accept connections");
-        std::vector<std::string> create{"redis-cli", "--cluster", "create"};
+        std::vector<std::string> create{"redis-cli"};
+        create.insert(create.end(), tls_args.begin(), tls_args.end());
+        create.insert(create.end(), {"--cluster", "create"});
         for (auto port : ports) create.push_back("127.0.0.1:" + std::to_string(port));
         create.insert(create.end(), {"--cluster-replicas", std::to_string(replicas), "--cluster-yes"});
         run(create);
@@ -101,6 +128,7 @@ struct cluster_nodes {
 
     std::string cli(std::uint16_t port, std::vector<std::string> args) const {
         std::vector<std::string> argv{"redis-cli", "-p", std::to_string(port)};
+        argv.insert(argv.end(), tls_args.begin(), tls_args.end());
         argv.insert(argv.end(), args.begin(), args.end());
         return run(argv, seconds(10));
     }
@@ -126,6 +154,7 @@ struct cluster_nodes {
     }
 
     std::string dir;
+    std::vector<std::string> tls_args;  // redis-cli's
     std::vector<std::uint16_t> ports;
     std::vector<std::unique_ptr<process>> procs;
 };
@@ -147,9 +176,10 @@ long stored_count(const std::string& hgetall) {
     return 0;
 }
 
-std::string cluster_yaml(std::uint16_t seed, const std::string& timeout, const std::string& policies) {
+std::string cluster_yaml(std::uint16_t seed, const std::string& timeout, const std::string& policies,
+                         const std::string& redis_extra = "") {
     return "store:\n  type: redis-cluster\n  on_error: deny\n  redis: { nodes: [\"127.0.0.1:" + std::to_string(seed) +
-           "\"], timeout: " + timeout + " }\nclients:\n  trusted_proxies: [\"127.0.0.1/32\"]\n" +
+           "\"], timeout: " + timeout + redis_extra + " }\nclients:\n  trusted_proxies: [\"127.0.0.1/32\"]\n" +
            "  user: { api_key_header: X-API-Key }\n" + policies +
            "routes:\n  - { match: { path_prefix: / }, policy: p }\n";
 }
@@ -203,6 +233,24 @@ TEST_CASE("cluster: three gateways admit exactly the limit for identifiers on ev
         CHECK(admitted[id] == 10);
     }
     // The identifiers are spread over every primary.
+    for (auto port : c.primary_ports()) {
+        CAPTURE(port);
+        CHECK_FALSE(c.keys(port, "sluice:{ip:*").empty());
+    }
+}
+
+TEST_CASE("cluster: over TLS, identifiers on every primary are admitted exactly the limit") {
+    tls_files certs;
+    cluster_nodes c(3, 0, &certs);
+    fleet f(1, cluster_yaml(c.ports[0], "2s", "policies:\n  p:\n    ip: [ {limit: 5, per: 1h, precision: 6m} ]\n",
+                            ", tls: { ca_file: \"" + certs.file("ca.pem") + "\" }"));
+    for (int id = 0; id < 12; ++id) {
+        CAPTURE(id);
+        int admitted = 0;
+        for (int i = 0; i < 7; ++i)
+            admitted += fetch(f.gateways[0]->port, "GET", "/", {{"X-Forwarded-For", client_ip(id)}}).status == 200;
+        CHECK(admitted == 5);
+    }
     for (auto port : c.primary_ports()) {
         CAPTURE(port);
         CHECK_FALSE(c.keys(port, "sluice:{ip:*").empty());

@@ -10,36 +10,6 @@ using namespace std::chrono;
 
 namespace {
 
-// A CA, a server certificate for 127.0.0.1 and localhost, a client certificate, and a
-// second CA that signed none of them.
-struct tls_files {
-    tls_files() : dir(make_temp_dir()) {
-        const std::string script =
-            "set -e; cd '" + dir +
-            "'\n"
-            "key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out \"$1\" 2>/dev/null; }\n"
-            "key ca.key; key other.key; key server.key; key client.key\n"
-            "openssl req -x509 -new -key ca.key -out ca.pem -days 2 -subj /CN=sluice-test-ca\n"
-            "openssl req -x509 -new -key other.key -out other.pem -days 2 -subj /CN=sluice-other-ca\n"
-            "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > server.ext\n"
-            "openssl req -new -key server.key -out server.csr -subj /CN=localhost\n"
-            "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
-            "-extfile server.ext -out server.pem 2>/dev/null\n"
-            "openssl req -new -key client.key -out client.csr -subj /CN=sluice-gateway\n"
-            "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out client.pem "
-            "2>/dev/null\n";
-        process openssl({"sh", "-c", script});
-        auto status = openssl.wait_exit(30s);
-        INFO("openssl output:\n", openssl.output());
-        REQUIRE(status == 0);
-    }
-    ~tls_files() {
-        if (!std::getenv("SLUICE_TEST_KEEP_TMP")) std::filesystem::remove_all(dir);
-    }
-    std::string file(const std::string& name) const { return dir + "/" + name; }
-    std::string dir;
-};
-
 // redis-server with only a TLS port; `clients`: --tls-auth-clients yes | optional.
 struct tls_redis {
     tls_redis(const tls_files& f, std::uint16_t p, const std::string& clients) : port(p) {
