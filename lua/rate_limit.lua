@@ -291,9 +291,9 @@ local ERR = 'ERR sluice rate_limit: '
 -- denied the same request). KEYS: its HASH, then its log ZSETs in tier order. ARGV: '',
 -- 'undo', cost, "@t" before and after the commit, then per tier: field, value before ('' =
 -- none), value the commit wrote, first log sequence number ('' = not a log tier). A field
--- goes back only if it still holds what the commit wrote (no admission since); "@t" only
--- if every field did. A log entry is removed by its member. Returns how many fields went
--- back.
+-- goes back only if it still holds what the commit wrote (no admission since), and a log
+-- tier's entries (by member) with it; "@t" only if every field did. Returns how many
+-- fields went back.
 
 if ARGV[2] == 'undo' then
     local hash, cost = KEYS[1], tonumber(ARGV[3])
@@ -301,7 +301,8 @@ if ARGV[2] == 'undo' then
     for i = 6, #ARGV, 4 do
         local f, old, new, seq = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
         fields = fields + 1
-        if call('HGET', hash, f) == new then
+        local back = call('HGET', hash, f) == new
+        if back then
             restored = restored + 1
             if old == '' then
                 call('HDEL', hash, f)
@@ -310,9 +311,12 @@ if ARGV[2] == 'undo' then
             end
         end
         if seq ~= '' then
-            local at_s = match(new, '^%d+')
-            for q = tonumber(seq), tonumber(seq) + cost - 1 do
-                call('ZREM', KEYS[z], at_s .. ':' .. fmt('%d', q))
+            -- only with its field: later entries at the same time number on from these
+            if back then
+                local at_s = match(new, '^%d+')
+                for q = tonumber(seq), tonumber(seq) + cost - 1 do
+                    call('ZREM', KEYS[z], at_s .. ':' .. fmt('%d', q))
+                end
             end
             z = z + 1
         end

@@ -201,6 +201,7 @@ tier tier::divided(std::int64_t n) const {
     if (n <= 1) return t;
     t.limit = (limit + n - 1) / n;
     t.burst = (burst + n - 1) / n;
+    t.min_interval = min_interval * n;  // n gateways: one admission per min_interval on average
     derive_from_limit(t);
     return t;
 }

@@ -39,7 +39,8 @@ struct tier {
 
     static tier from(const config::tier_config& c);
     // This tier for one gateway of `n` deciding alone (store.on_error local): limit and
-    // burst divided by n, rounded up, and the values derived from them recomputed.
+    // burst divided by n, rounded up, min_interval multiplied by n, and the values derived
+    // from them recomputed.
     tier divided(std::int64_t n) const;
 };
 

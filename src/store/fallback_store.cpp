@@ -17,8 +17,9 @@ void fallback_state::left() {
         spdlog::warn("store recovered: the shared store answers again; deciding on it");
 }
 
-fallback_store::fallback_store(limit::store& shared, memory_store& local, fallback_state& state)
-    : shared_(shared), local_(local), state_(state) {}
+fallback_store::fallback_store(limit::store& shared, memory_store& local, fallback_state& state,
+                               std::chrono::steady_clock::duration recovery_quiet)
+    : shared_(shared), local_(local), state_(state), recovery_quiet_(recovery_quiet) {}
 
 void fallback_store::on_reload() {
     divided_.clear();
@@ -38,6 +39,7 @@ std::span<const limit::tier> fallback_store::divided(std::span<const limit::tier
 }
 
 limit::check_result fallback_store::decide_locally(const limit::check_request& r, const std::string& why) {
+    last_error_ = std::chrono::steady_clock::now();
     if (!degraded_.exchange(true, std::memory_order_relaxed)) state_.entered(why);
     counters_.local_decisions.add();
     try {
@@ -53,6 +55,10 @@ limit::check_result fallback_store::decide_locally(const limit::check_request& r
 }
 
 void fallback_store::answered() {
+    // Back only after a quiet second: a store failing now and then (one cluster node down,
+    // a timeout here and there) must not flip the state, and its log lines, per request.
+    if (!degraded_.load(std::memory_order_relaxed) || std::chrono::steady_clock::now() - last_error_ < recovery_quiet_)
+        return;
     if (degraded_.exchange(false, std::memory_order_relaxed)) state_.left();
 }
 

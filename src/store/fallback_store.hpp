@@ -7,9 +7,9 @@
 //    answers an error (not connected, timed out, failed), the request is decided on the
 //    local memory store over the divided tiers (limit::tier::divided()). An error only when
 //    memory runs out (the caller then fails open).
-//  - A worker is degraded from its first local decision to the next answer the shared store
-//    gives it. The gateway's change (no worker degraded <-> some worker degraded) is logged
-//    once each way, by the shared fallback_state.
+//  - A worker is degraded from its first local decision to the first answer the shared
+//    store gives it a second or more after its last failure. The gateway's change (no worker degraded <-> some worker
+//    degraded) is logged once each way, by the shared fallback_state.
 //  - The local state is kept after the shared store is back and expires as its windows
 //    pass: a second outage inside a window resumes the counts of the first.
 //  - Divided tiers are built once per tier list and kept until on_reload().
@@ -24,6 +24,7 @@
 #include "store/memory_store.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -47,7 +48,10 @@ private:
 
 class fallback_store final : public limit::store {
 public:
-    fallback_store(limit::store& shared, memory_store& local, fallback_state& state);
+    // `recovery_quiet`: how long after its last failure an answer of the shared store ends
+    // the degraded state.
+    fallback_store(limit::store& shared, memory_store& local, fallback_state& state,
+                   std::chrono::steady_clock::duration recovery_quiet = std::chrono::seconds(1));
 
     std::optional<limit::check_result> try_check(const limit::check_request& r) override;
     boost::asio::awaitable<limit::check_result> check(limit::check_request r) override;
@@ -69,7 +73,9 @@ private:
     limit::store& shared_;
     memory_store& local_;
     fallback_state& state_;
+    std::chrono::steady_clock::duration recovery_quiet_;
     std::atomic<bool> degraded_{false};
+    std::chrono::steady_clock::time_point last_error_{};  // the last local decision's
     metrics::fallback_counters counters_;
     // Divided copies of the tier lists seen since the last reload, by the list's address.
     std::unordered_map<const limit::tier*, std::vector<limit::tier>> divided_;

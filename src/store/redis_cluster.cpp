@@ -75,7 +75,7 @@ void redis_cluster::want_refresh() {
 }
 
 awaitable<redis_connection::result> redis_cluster::call(std::uint16_t slot, std::vector<std::string> argv,
-                                                        bool resend_on_noscript) {
+                                                        bool resend_on_noscript, redis_clock::time_point deadline) {
     const std::string command = format_command(argv);
     std::int16_t asked = -1;  // after ASK: the node to ask
     redis_connection::result res{redis_connection::error::not_ready, nullptr};
@@ -87,7 +87,7 @@ awaitable<redis_connection::result> redis_cluster::call(std::uint16_t slot, std:
             co_return redis_connection::result{redis_connection::error::not_ready, nullptr};
         }
         auto conn = nodes_[static_cast<std::size_t>(at)].conn;
-        res = co_await conn->call_formatted(command, resend_on_noscript, asked >= 0);
+        res = co_await conn->call_formatted(command, resend_on_noscript, asked >= 0, deadline);
         if (!res.ok()) {
             want_refresh();  // the node may be gone: a replica may serve its slots soon
             co_return res;

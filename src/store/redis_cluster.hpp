@@ -3,9 +3,9 @@
 // the routing of a command to the node that serves its slot.
 //
 // Contract:
-//  - call() sends one command for one slot and answers as redis_connection::call() does,
-//    after following redirections: MOVED updates the map and resends (the command did not
-//    run there), at most twice; ASK resends once to the target, after ASKING. Any other
+//  - call() sends one command for one slot and answers by `deadline`, after following
+//    redirections: MOVED updates the map and resends (the command did not run there); ASK
+//    resends once to the target, after ASKING; three redirections at most. Any other
 //    reply, TRYAGAIN and CLUSTERDOWN included, is the caller's.
 //  - The map is read (CLUSTER SLOTS, from any connected node, else from the seeds) at
 //    start, every 5 s, and soon after a MOVED or a failed call (at most every 200 ms).
@@ -41,7 +41,7 @@ public:
     void stop();
 
     boost::asio::awaitable<redis_connection::result> call(std::uint16_t slot, std::vector<std::string> argv,
-                                                          bool resend_on_noscript);
+                                                          bool resend_on_noscript, redis_clock::time_point deadline);
 
     // Every slot has a node and every such node's connection is ready. Any thread.
     bool ready() const { return ready_.load(std::memory_order_acquire); }

@@ -53,6 +53,12 @@ std::vector<std::string> handshake_commands(const redis_connection_options& o) {
     return out;
 }
 
+// Not formatted inside a coroutine: GCC 12 mishandles a braced list there.
+const std::string& asking_command() {
+    static const std::string command = format_command({"ASKING"});
+    return command;
+}
+
 std::string reload_command(const redis_connection_options& o) {
     return o.script.empty() ? std::string() : format_command({"SCRIPT", "LOAD", o.script});
 }
@@ -183,12 +189,14 @@ void redis_connection::stop() {
 }
 
 awaitable<redis_connection::result> redis_connection::call_formatted(std::string command, bool resend_on_noscript,
-                                                                     bool asking) {
+                                                                     bool asking,
+                                                                     std::optional<redis_clock::time_point> until) {
     if (stopped_) co_return result{error::stopped, nullptr};
     if (!connected_ || !pipeline_.ready()) co_return result{error::not_ready, nullptr};
-    const auto deadline = redis_clock::now() + opts_.timeout;
+    const auto deadline = until.value_or(redis_clock::now() + opts_.timeout);
+    if (deadline <= redis_clock::now()) co_return result{error::timeout, nullptr};
     // Its reply finds no waiter and is dropped; the pipeline keeps the two adjacent.
-    if (asking) (void)pipeline_.push(format_command({"ASKING"}), deadline, false);
+    if (asking) (void)pipeline_.push(asking_command(), deadline, false);
     auto pushed = pipeline_.push(std::move(command), deadline, resend_on_noscript);
     if (pushed.error == redis_pipeline::push_error::overloaded) co_return result{error::overloaded, nullptr};
     if (pushed.error != redis_pipeline::push_error::none) co_return result{error::not_ready, nullptr};
@@ -293,6 +301,7 @@ awaitable<error_code> redis_connection::open_stream(tcp::socket& s, std::unique_
         for (const auto& e : found) endpoints.push_back(e.endpoint());
     }
     if (stopped_) co_return asio::error::operation_aborted;
+    timer.expires_after(opts_.connect_timeout);  // the connect and the handshake, after the lookup
 
     tls.reset();  // it refers to `s`
     s = tcp::socket(ex_);
@@ -437,7 +446,10 @@ void redis_connection::on_switch(std::string_view message) {
 }
 
 awaitable<bool> redis_connection::connect_socket() {
-    if (!opts_.sentinels.empty() && !co_await find_primary()) co_return false;
+    if (!opts_.sentinels.empty()) {
+        const bool found = co_await find_primary();  // (not in a `&&`: GCC 12 and co_await)
+        if (!found) co_return false;
+    }
     if (stopped_) co_return false;
     asio::steady_timer timer(ex_, opts_.connect_timeout);
     auto ec = co_await open_stream(socket_, tls_, host_, port_, timer);

@@ -43,6 +43,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -114,8 +115,10 @@ public:
                                         bool asking = false) {
         return call_formatted(format_command(argv), resend_on_noscript, asking);
     }
-    // The same, for a command already in RESP (format_command()).
-    boost::asio::awaitable<result> call_formatted(std::string command, bool resend_on_noscript, bool asking);
+    // The same, for a command already in RESP (format_command()), answered by `deadline`
+    // (default: options.timeout from now).
+    boost::asio::awaitable<result> call_formatted(std::string command, bool resend_on_noscript, bool asking,
+                                                  std::optional<redis_clock::time_point> deadline = std::nullopt);
 
     // Connected and the handshake (script included) done. Any thread.
     bool ready() const { return ready_.load(std::memory_order_acquire); }

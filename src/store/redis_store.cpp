@@ -116,7 +116,7 @@ boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_requ
         const auto generation = generation_;
         limit::check_result out;  // (not `?:` over two co_awaits: GCC 12 frees the result early)
         if (cluster_)
-            out = co_await decide_on_cluster(r);
+            out = co_await decide_on_cluster(r, asked + conn_opts_.timeout);
         else
             out = co_await decide_on_node(r);
         if (out.state == limit::check_result::status::error) {
@@ -143,56 +143,81 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_on_node(const li
 }
 
 boost::asio::awaitable<limit::check_result> redis_store::decide_part(limit::check_request r, std::size_t key,
-                                                                     redis_script::undo_record* undo) {
+                                                                     redis_script::undo_record* undo,
+                                                                     redis_clock::time_point deadline) {
     const limit::check_request one{r.keys.subspan(key, 1), r.cost};
     std::vector<std::string> argv;
     redis_script::build_call(argv, cluster_sha_, key_prefix_, one, std::nullopt, undo != nullptr);
     const auto slot = cluster::key_slot(argv[3]);  // the identifier's HASH: its hash tag
-    auto reply = co_await cluster_->call(slot, std::move(argv), true);
+    auto reply = co_await cluster_->call(slot, std::move(argv), true, deadline);
     if (!reply.ok()) co_return error_result(redis_connection::to_string(reply.failure));
     auto out = redis_script::parse_reply(reply.reply.get(), one, undo);
     for (auto& t : out.verdict.tiers) t.key_index = key;
     co_return out;
 }
 
-boost::asio::awaitable<limit::check_result> redis_store::decide_on_cluster(const limit::check_request& r) {
+boost::asio::awaitable<void> redis_store::undo_part(limit::check_request r, std::size_t key,
+                                                    const redis_script::undo_record* u,
+                                                    redis_clock::time_point deadline) {
+    std::vector<std::string> argv;
+    redis_script::build_undo(argv, cluster_sha_, key_prefix_, r.keys[key], r.cost, *u);
+    const auto slot = cluster::key_slot(argv[3]);
+    auto reply = co_await cluster_->call(slot, std::move(argv), true, deadline);
+    if (reply.ok() && reply.reply->type == REDIS_REPLY_INTEGER) {
+        counters_->undos.add();
+    } else {
+        spdlog::warn("redis cluster: a commit could not be taken back ({}); its identifier stays charged",
+                     reply.ok() ? "error reply" : redis_connection::to_string(reply.failure));
+    }
+}
+
+boost::asio::awaitable<limit::check_result> redis_store::decide_on_cluster(const limit::check_request& r,
+                                                                           redis_clock::time_point deadline) {
+    namespace ex = asio::experimental;
     const std::size_t n = r.keys.size();
-    if (n == 1) co_return co_await decide_part(r, 0, nullptr);
+    if (n == 1) co_return co_await decide_part(r, 0, nullptr, deadline);
 
     // Every identifier at once, each on its own node (or pipelined on a shared one).
     std::vector<redis_script::undo_record> undo(n);
-    using part_op = decltype(asio::co_spawn(ex_, decide_part(r, 0, nullptr), asio::deferred));
+    using part_op = decltype(asio::co_spawn(ex_, decide_part(r, 0, nullptr, deadline), asio::deferred));
     std::vector<part_op> ops;
     ops.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) ops.push_back(asio::co_spawn(ex_, decide_part(r, i, &undo[i]), asio::deferred));
-    auto [order, errors, parts] = co_await asio::experimental::make_parallel_group(std::move(ops))
-                                      .async_wait(asio::experimental::wait_for_all(), asio::use_awaitable);
+    for (std::size_t i = 0; i < n; ++i)
+        ops.push_back(asio::co_spawn(ex_, decide_part(r, i, &undo[i], deadline), asio::deferred));
+    auto [order, errors, parts] =
+        co_await ex::make_parallel_group(std::move(ops)).async_wait(ex::wait_for_all(), asio::use_awaitable);
     (void)order;
     for (const auto& e : errors)
         if (e) std::rethrow_exception(e);
 
+    // A denial anywhere is the answer; else a failure anywhere; else the admission.
+    const auto ok = [](const limit::check_result& p) { return p.state == limit::check_result::status::ok; };
+    bool denied = false;
+    for (const auto& p : parts) denied = denied || (ok(p) && !p.verdict.allowed);
     limit::check_result out;
     for (auto& p : parts) {
-        if (p.state == limit::check_result::status::error) co_return std::move(p);
+        if (!ok(p)) {
+            if (!denied) co_return std::move(p);
+            continue;
+        }
         out.verdict.allowed = out.verdict.allowed && p.verdict.allowed;
         out.verdict.retry_after = std::max(out.verdict.retry_after, p.verdict.retry_after);
         for (auto& t : p.verdict.tiers) out.verdict.tiers.push_back(t);
     }
-    if (out.verdict.allowed) co_return out;
+    if (!denied) co_return out;
 
-    // Denied somewhere: take back what the others committed.
-    for (std::size_t i = 0; i < n; ++i) {
-        if (!parts[i].verdict.allowed) continue;
-        std::vector<std::string> argv;
-        redis_script::build_undo(argv, cluster_sha_, key_prefix_, r.keys[i], r.cost, undo[i]);
-        const auto slot = cluster::key_slot(argv[3]);
-        auto reply = co_await cluster_->call(slot, std::move(argv), true);
-        if (reply.ok() && reply.reply->type == REDIS_REPLY_INTEGER) {
-            counters_->undos.add();
-        } else {
-            spdlog::warn("redis cluster: a commit could not be taken back ({}); its identifier stays charged",
-                         reply.ok() ? "error reply" : redis_connection::to_string(reply.failure));
-        }
+    // Take back what the others committed, all at once, within the same deadline.
+    using undo_op = decltype(asio::co_spawn(ex_, undo_part(r, 0, &undo[0], deadline), asio::deferred));
+    std::vector<undo_op> undos;
+    for (std::size_t i = 0; i < n; ++i)
+        if (ok(parts[i]) && parts[i].verdict.allowed)
+            undos.push_back(asio::co_spawn(ex_, undo_part(r, i, &undo[i], deadline), asio::deferred));
+    if (!undos.empty()) {
+        auto [undo_order, undo_errors] =
+            co_await ex::make_parallel_group(std::move(undos)).async_wait(ex::wait_for_all(), asio::use_awaitable);
+        (void)undo_order;
+        for (const auto& e : undo_errors)
+            if (e) std::rethrow_exception(e);
     }
     co_return out;
 }

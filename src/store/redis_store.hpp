@@ -11,9 +11,11 @@
 //    cached denial holds, an error at once while Redis is not ready; else nullopt.
 //  - check() answers by store.redis.timeout: the decision, or an error (the caller applies
 //    store.on_error). It never throws. A written EVALSHA is never resent (except after
-//    NOSCRIPT, MOVED or ASK, when it did not run). A cluster request whose identifiers
-//    got an admission and an error answers the error and takes nothing back (the outcome
-//    of the failed call is unknown).
+//    NOSCRIPT, MOVED or ASK, when it did not run). On a cluster, every call of a check
+//    (redirections and undos included) shares that one deadline; a denial by any node is
+//    the answer even when another node failed (the admitted parts are taken back, the
+//    failed ones cannot be: their outcome is unknown); with no denial, a failure is an
+//    error (and nothing is taken back: the request may still be forwarded).
 //  - keys_held() is 0: Redis holds the identifiers (the deny cache's size is in
 //    counters().deny_cache_size).
 //
@@ -74,10 +76,15 @@ private:
     limit::check_result failed(const char* why);
     bool can_call() const;
     boost::asio::awaitable<limit::check_result> decide_on_node(const limit::check_request& r);
-    boost::asio::awaitable<limit::check_result> decide_on_cluster(const limit::check_request& r);
+    boost::asio::awaitable<limit::check_result> decide_on_cluster(const limit::check_request& r,
+                                                                  redis_clock::time_point deadline);
     // One identifier of `r` on the node serving its slot; with `undo`, its commit's record.
     boost::asio::awaitable<limit::check_result> decide_part(limit::check_request r, std::size_t key,
-                                                            redis_script::undo_record* undo);
+                                                            redis_script::undo_record* undo,
+                                                            redis_clock::time_point deadline);
+    // Takes back identifier `key`'s commit `u`.
+    boost::asio::awaitable<void> undo_part(limit::check_request r, std::size_t key, const redis_script::undo_record* u,
+                                           redis_clock::time_point deadline);
 
     redis_connection_options conn_opts_;
     std::string key_prefix_;

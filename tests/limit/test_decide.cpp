@@ -69,12 +69,14 @@ TEST_CASE("tier::from: durations in microseconds and the derived values") {
     CHECK(f.key == tier_key_of(f.id));
 }
 
-TEST_CASE("tier::divided: limit and burst divided by the fleet size, rounded up, derived values follow") {
+TEST_CASE(
+    "tier::divided: limit and burst divided by the fleet size, rounded up, min_interval multiplied, derived values "
+    "follow") {
     auto s = make_tier(sliding_spec(10, 3'600'000, 360'000, 20)).divided(2);
     CHECK(s.limit == 5);
     CHECK(s.bucket == 360 * SEC);
     CHECK(s.buckets == 10);
-    CHECK(s.min_interval == 20 * MS);
+    CHECK(s.min_interval == 40 * MS);  // n gateways: n times as long between two, each
     CHECK(s.horizon == HOUR);
     CHECK(make_tier(fixed_spec(10, 1000)).divided(3).limit == 4);  // ceil(10 / 3)
     CHECK(make_tier(log_spec(10, 1000)).divided(10).limit == 1);   // ceil(10 / 10)

@@ -67,7 +67,7 @@ struct fixture {
     scripted_store shared;
     memory_store local{1000, [this] { return clock; }};
     fallback_state state{2};
-    fallback_store a{shared, local, state};
+    fallback_store a{shared, local, state, std::chrono::seconds(0)};
     std::vector<limit::tier> tiers{hourly(10)};
     limit::store_key key{'i', {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, tiers};
 
@@ -110,7 +110,7 @@ TEST_CASE("fallback_store: shared store down - ceil(limit / fleet_size) locally,
     CHECK(f.a.counters().local_decisions.get() == 6);
 
     // A second worker shares the local memory store: the gateway's share is not per worker.
-    fallback_store b{f.shared, f.local, f.state};
+    fallback_store b{f.shared, f.local, f.state, std::chrono::seconds(0)};
     CHECK_FALSE(f.ask(b).verdict.allowed);
     CHECK(b.degraded());
 
@@ -140,4 +140,15 @@ TEST_CASE("fallback_store: a reload rebuilds the divided tiers and reaches the s
     f.tiers[0] = hourly(4);  // the same list, another tier: the cache must not answer with the old one
     f.key.tiers = f.tiers;
     CHECK(f.ask(f.a).verdict.tiers.at(0).t->limit == 2);
+}
+
+TEST_CASE("fallback_store: a store failing now and then stays degraded until a quiet spell") {
+    fixture f;
+    fallback_store slow{f.shared, f.local, f.state, std::chrono::hours(1)};
+    for (int i = 0; i < 10; ++i) {
+        f.shared.now = i % 2 ? scripted_store::mode::up : scripted_store::mode::down_at_once;
+        CHECK(f.ask(slow).state == limit::check_result::status::ok);
+        CHECK(slow.degraded());  // one state change for the whole spell, not one per request
+    }
+    CHECK(f.shared.shared_answers == 5);  // every answer the store gave was used
 }
