@@ -441,18 +441,31 @@ void redis_connection::on_switch(std::string_view message) {
         at = end + 1;
     }
     if (words.size() != 5 || words[0] != opts_.sentinel_master) return;
+    unsigned port = 0;
+    auto [end, pec] = std::from_chars(words[4].data(), words[4].data() + words[4].size(), port);
+    if (pec != std::errc() || end != words[4].data() + words[4].size() || port == 0 || port > 65535) return;
     spdlog::info("redis: sentinels switched the primary of {} to {}:{}", opts_.sentinel_master, words[3], words[4]);
-    if (connected_ && (words[3] != host_ || words[4] != std::to_string(port_))) drop_connection();  // asks again
+    // The next connect goes there, not to whatever the first sentinel asked believes now.
+    switched_to_ = config::host_port{std::string(words[3]), static_cast<std::uint16_t>(port)};
+    if (connected_ && (switched_to_->host != host_ || switched_to_->port != port_)) drop_connection();
 }
 
 awaitable<bool> redis_connection::connect_socket() {
-    if (!opts_.sentinels.empty()) {
+    if (switched_to_) {
+        spdlog::info("redis: +switch-master names {}:{} as the primary of {}", switched_to_->host, switched_to_->port,
+                     opts_.sentinel_master);
+        host_ = switched_to_->host;
+        port_ = switched_to_->port;
+        switched_to_.reset();
+    } else if (!opts_.sentinels.empty()) {
         const bool found = co_await find_primary();  // (not in a `&&`: GCC 12 and co_await)
         if (!found) co_return false;
     }
     if (stopped_) co_return false;
     asio::steady_timer timer(ex_, opts_.connect_timeout);
     auto ec = co_await open_stream(socket_, tls_, host_, port_, timer);
+    if (!ec && switched_to_ && (switched_to_->host != host_ || switched_to_->port != port_))
+        ec = asio::error::operation_aborted;  // a switch came during the connect: go there instead
     if (ec || stopped_) {
         tls_.reset();
         error_code ignored;

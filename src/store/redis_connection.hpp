@@ -19,7 +19,9 @@
 //  - With options.sentinels, each connect first asks them in order for the primary of
 //    sentinel_master; a lost connection asks again (how a failover is followed). One
 //    sentinel at a time is also subscribed to +switch-master: a switch away from the node
-//    this connection uses drops it (a demoted primary may take seconds to refuse writes).
+//    this connection uses drops it (a demoted primary may take seconds to refuse writes),
+//    and the next connect goes to the primary the switch named (the sentinel asked first
+//    may not know of it yet).
 //  - An error reply starting with READONLY (the node is a replica now) is that call's
 //    answer, and the connection is dropped so that the next connect looks again.
 //
@@ -174,8 +176,9 @@ private:
     redis_pipeline pipeline_;
     reply_reader reader_;
     boost::asio::ip::tcp::socket socket_;
-    std::unique_ptr<tls_stream> tls_;  // over socket_, made afresh for each connection
-    std::string host_;                 // where this connection goes (a sentinel may change it)
+    std::unique_ptr<tls_stream> tls_;               // over socket_, made afresh for each connection
+    std::string host_;                              // where this connection goes (a sentinel may change it)
+    std::optional<config::host_port> switched_to_;  // the primary a +switch-master named, not yet used
     std::uint16_t port_ = 0;
     std::string last_failure_;               // logged at warn once, then at debug while it repeats
     boost::asio::steady_timer writer_wake_;  // condition variable of the idle writer
