@@ -116,7 +116,12 @@ awaitable<void> redis_cluster::maintain(std::shared_ptr<redis_cluster> self) {
             now - last >= refresh_period) {
             refresh_wanted_ = false;
             last = now;
-            co_await refresh();
+            try {
+                co_await refresh();
+            } catch (const std::exception& e) {  // allocation failure: try again later, do not end the upkeep
+                spdlog::error("redis cluster: reading the slot map failed: {}", e.what());
+                refresh_wanted_ = true;
+            }
             if (stopped_) break;
         }
         update_ready();

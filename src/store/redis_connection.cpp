@@ -195,8 +195,12 @@ awaitable<redis_connection::result> redis_connection::call_formatted(std::string
     if (!connected_ || !pipeline_.ready()) co_return result{error::not_ready, nullptr};
     const auto deadline = until.value_or(redis_clock::now() + opts_.timeout);
     if (deadline <= redis_clock::now()) co_return result{error::timeout, nullptr};
-    // Its reply finds no waiter and is dropped; the pipeline keeps the two adjacent.
-    if (asking) (void)pipeline_.push(asking_command(), deadline, false);
+    // Its reply finds no waiter and is dropped; the pipeline keeps the two adjacent. Both or
+    // neither: a lone ASKING would apply to the next command.
+    if (asking) {
+        if (pipeline_.outstanding() + 2 > opts_.max_in_flight) co_return result{error::overloaded, nullptr};
+        (void)pipeline_.push(asking_command(), deadline, false);
+    }
     auto pushed = pipeline_.push(std::move(command), deadline, resend_on_noscript);
     if (pushed.error == redis_pipeline::push_error::overloaded) co_return result{error::overloaded, nullptr};
     if (pushed.error != redis_pipeline::push_error::none) co_return result{error::not_ready, nullptr};

@@ -497,7 +497,9 @@ TEST_CASE("cluster: a primary killed under load fails over, and no request waits
     long last_second = 0;
     for (auto t : admitted_at) last_second += t <= killed_at && t > killed_at - seconds(1);
     MESSAGE("admissions in the second before the kill: " << last_second);
-    CHECK(total_stored <= total_admitted);
+    // A call in flight at the kill may have run (and replicated) though its answer was lost:
+    // counted, answered 503.
+    CHECK(total_stored <= total_admitted + failed.load());
     CHECK(total_admitted - total_stored <= last_second);
     CHECK(slowest_ms.load() < 300 + 1500);  // the store timeout, and slack for a loaded machine
     CHECK(failed.load() > 0);               // the dead primary's identifiers were refused meanwhile (on_error deny)
