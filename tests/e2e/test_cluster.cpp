@@ -59,6 +59,30 @@ std::uint16_t cluster_port() {
     throw std::runtime_error("no free port pair for a cluster node");
 }
 
+// A tier field's count ("<last>;<total>|<newest>|...": the total, or the newest bucket's
+// count when there is no older one); 0 when the field is absent.
+long stored_count(const std::string& hgetall) {
+    auto lines = lines_of(hgetall);
+    for (std::size_t i = 0; i + 1 < lines.size(); i += 2) {
+        if (lines[i].starts_with("@")) continue;
+        const auto& v = lines[i + 1];
+        const auto semi = v.find(';');
+        const auto bar = v.find('|', semi);
+        const auto bar2 = v.find('|', bar + 1);
+        if (semi == std::string::npos || bar == std::string::npos || bar2 == std::string::npos) return -1;
+        const auto total = v.substr(semi + 1, bar - semi - 1);
+        return std::stol(total.empty() ? v.substr(bar + 1, bar2 - bar - 1) : total);
+    }
+    return 0;
+}
+
+// A stored identifier: its key, the primary holding it, its tier's count.
+struct stored_key {
+    std::string key;
+    std::uint16_t port = 0;
+    long count = 0;
+};
+
 // A cluster of `primaries` primaries with `replicas` replicas each, on loopback ports;
 // with `tls`, TLS only (clients, the cluster bus and replication), clients unauthenticated.
 struct cluster_nodes {
@@ -147,6 +171,14 @@ struct cluster_nodes {
         return lines_of(cli(port, {"--scan", "--pattern", pattern}));
     }
 
+    // Every key matching `pattern` on the primaries, with its stored count.
+    std::vector<stored_key> stored(const std::string& pattern) const {
+        std::vector<stored_key> out;
+        for (auto port : primary_ports())
+            for (const auto& k : keys(port, pattern)) out.push_back({k, port, stored_count(cli(port, {"HGETALL", k}))});
+        return out;
+    }
+
     std::string node_id(std::uint16_t port) const {
         auto id = cli(port, {"CLUSTER", "MYID"});
         while (!id.empty() && (id.back() == '\n' || id.back() == '\r')) id.pop_back();
@@ -158,23 +190,6 @@ struct cluster_nodes {
     std::vector<std::uint16_t> ports;
     std::vector<std::unique_ptr<process>> procs;
 };
-
-// A tier field's count ("<last>;<total>|<newest>|...": the total, or the newest bucket's
-// count when there is no older one); 0 when the field is absent.
-long stored_count(const std::string& hgetall) {
-    auto lines = lines_of(hgetall);
-    for (std::size_t i = 0; i + 1 < lines.size(); i += 2) {
-        if (lines[i].starts_with("@")) continue;
-        const auto& v = lines[i + 1];
-        const auto semi = v.find(';');
-        const auto bar = v.find('|', semi);
-        const auto bar2 = v.find('|', bar + 1);
-        if (semi == std::string::npos || bar == std::string::npos || bar2 == std::string::npos) return -1;
-        const auto total = v.substr(semi + 1, bar - semi - 1);
-        return std::stol(total.empty() ? v.substr(bar + 1, bar2 - bar - 1) : total);
-    }
-    return 0;
-}
 
 std::string cluster_yaml(std::uint16_t seed, const std::string& timeout, const std::string& policies,
                          const std::string& redis_extra = "") {
@@ -279,11 +294,10 @@ TEST_CASE("cluster: ip and user on different primaries stay exact, and a denial 
     // What the cluster holds: every admitted request counted once, every denied one nowhere.
     std::map<std::string, long> counts;  // key -> stored count
     std::map<std::string, std::uint16_t> where;
-    for (auto port : c.primary_ports())
-        for (const auto& k : c.keys(port, "sluice:*")) {
-            counts[k] = stored_count(c.cli(port, {"HGETALL", k}));
-            where[k] = port;
-        }
+    for (const auto& k : c.stored("sluice:*")) {
+        counts[k.key] = k.count;
+        where[k.key] = k.port;
+    }
     std::map<long, int> ip_counts, user_counts;  // count -> how many keys hold it
     std::set<std::uint16_t> user_nodes, ip_nodes;
     for (const auto& [k, n] : counts) {
@@ -317,8 +331,8 @@ TEST_CASE("cluster: ip and user on different primaries stay exact, and a denial 
 TEST_CASE("cluster: concurrent split requests never over-admit, and leave at most one cost per denial behind") {
     cluster_nodes c(3, 0);
     fleet f(2, cluster_yaml(c.ports[0], "2s",
-                            "policies:\n  p:\n    ip: [ {limit: 20, per: 1h, algorithm: fixed} ]\n"
-                            "    user: [ {limit: 20, per: 1h, algorithm: fixed} ]\n"));
+                            "policies:\n  p:\n    ip: [ {limit: 20, per: 1h, precision: 6m} ]\n"
+                            "    user: [ {limit: 20, per: 1h, precision: 6m} ]\n"));
     // Four addresses and four users, every request a random pair of them: identifiers are
     // admitted on one node and denied on another while the same identifiers are in flight.
     std::map<std::pair<char, int>, int> admitted;  // ('i' | 'u', which) -> admissions the clients saw
@@ -353,12 +367,10 @@ TEST_CASE("cluster: concurrent split requests never over-admit, and leave at mos
     // Each kind's stored counts hold every admission, plus at most one cost per denial whose
     // undo found the identifier admitted again in between.
     long ip_stored = 0, user_stored = 0;
-    for (auto port : c.primary_ports())
-        for (const auto& k : c.keys(port, "sluice:*")) {
-            const long n = stored_count(c.cli(port, {"HGETALL", k}));
-            CHECK(n <= 20);
-            (k.find("{user:") != std::string::npos ? user_stored : ip_stored) += n;
-        }
+    for (const auto& k : c.stored("sluice:*")) {
+        CHECK(k.count <= 20);
+        (k.key.find("{user:") != std::string::npos ? user_stored : ip_stored) += k.count;
+    }
     MESSAGE("admitted " << total << ", denied " << denied << ", left behind by undos: " << ip_stored - total
                         << " on addresses, " << user_stored - total << " on users");
     CHECK(ip_stored >= total);
@@ -372,7 +384,7 @@ TEST_CASE("cluster: a resharding while gateways run keeps every identifier exact
     // A limit no client reaches: every request goes to the cluster (no deny cache), and each
     // admission must be counted exactly once wherever its slot is then.
     fleet f(2, cluster_yaml(c.ports[0], "2s",
-                            "policies:\n  p:\n    ip: [ {limit: 1000000, per: 1h, algorithm: fixed} ]\n"));
+                            "policies:\n  p:\n    ip: [ {limit: 1000000, per: 1h, precision: 6m} ]\n"));
     constexpr int identities = 40;
     std::map<int, long> admitted;
     std::mutex mu;
@@ -413,12 +425,10 @@ TEST_CASE("cluster: a resharding while gateways run keeps every identifier exact
     MESSAGE("answered 503 (store unreachable) during the resharding: " << errors.load());
 
     // Each identifier's count, wherever its slot now is, is what was admitted.
-    std::map<std::string, long> stored;
-    for (auto port : c.primary_ports())
-        for (const auto& k : c.keys(port, "sluice:{ip:*")) stored[k] = stored_count(c.cli(port, {"HGETALL", k}));
+    const auto stored = c.stored("sluice:{ip:*");
     std::multiset<long> want, got;
     for (auto& [id, n] : admitted) want.insert(n);
-    for (auto& [k, n] : stored) got.insert(n);
+    for (const auto& k : stored) got.insert(k.count);
     CHECK(stored.size() == static_cast<std::size_t>(identities));
     CHECK(got == want);
     CHECK(f.metric_sum("sluice_redis_redirects_total") > 0);
@@ -427,7 +437,7 @@ TEST_CASE("cluster: a resharding while gateways run keeps every identifier exact
 TEST_CASE("cluster: a primary killed under load fails over, and no request waits past the timeout") {
     cluster_nodes c(3, 1);
     fleet f(2, cluster_yaml(c.ports[0], "300ms",
-                            "policies:\n  p:\n    ip: [ {limit: 100000, per: 1h, algorithm: fixed} ]\n"));
+                            "policies:\n  p:\n    ip: [ {limit: 100000, per: 1h, precision: 6m} ]\n"));
     constexpr int identities = 24;
     std::map<int, long> admitted;
     std::vector<steady_clock::time_point> admitted_at;
@@ -486,8 +496,7 @@ TEST_CASE("cluster: a primary killed under load fails over, and no request waits
     // writes not yet replicated when its primary died.
     long total_admitted = 0, total_stored = 0;
     for (auto& [id, n] : admitted) total_admitted += n;
-    for (auto port : c.primary_ports())
-        for (const auto& k : c.keys(port, "sluice:{ip:*")) total_stored += stored_count(c.cli(port, {"HGETALL", k}));
+    for (const auto& k : c.stored("sluice:{ip:*")) total_stored += k.count;
     MESSAGE("failover: gateways ready again "
             << recovered_ms << " ms after the kill; " << failed.load()
             << " requests answered 503 meanwhile; slowest request " << slowest_ms.load() << " ms; " << total_admitted
