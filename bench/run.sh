@@ -481,13 +481,14 @@ print(" ".join(str(v.get(k, -1)) for k in want))
 EOF
 }
 
-# sluice-limit-pass with the Redis store instead of the memory store (the same policy, so
-# sluice-redis vs sluice-limit-pass isolates the store): one EVALSHA per request, pipelined.
-start_contender_sluice_redis() {
-  need_redis sluice-redis
-  start_sluice sluice-redis "$1" "$2" 200 "store:
-  type: redis
-  redis: { nodes: [\"127.0.0.1:$REDIS_PORT\"], timeout: 50ms }
+# start_sluice_store NAME PROXY_PORT ADMIN_PORT TYPE NODE: sluice-limit-pass's policy on a
+# Redis store (TYPE redis or redis-cluster, NODE its address or a seed), then waits for
+# /readyz (config loaded, every needed Redis node connected).
+start_sluice_store() {
+  local name=$1 type=$4 node=$5
+  start_sluice "$name" "$2" "$3" 200 "store:
+  type: $type
+  redis: { nodes: [\"$node\"], timeout: 50ms }
   on_error: allow
 response: { headers: $LIMIT_HEADERS }
 policies:
@@ -497,13 +498,20 @@ policies:
       - {limit: 1000000000, per: 1m, algorithm: sliding}
 routes:
   - {match: {path_prefix: /}, policy: pass}"
-  C_METRICS[sluice-redis]=$2
+  C_METRICS[$name]=$3
   local i got=""
-  for ((i = 0; i < READY_TIMEOUT * 10; i++)); do   # /readyz: config loaded and Redis reachable
-    got=$(http_get "http://127.0.0.1:$2/readyz"); [ "${got%%$'\t'*}" = 200 ] && return 0
+  for ((i = 0; i < READY_TIMEOUT * 10; i++)); do
+    got=$(http_get "http://127.0.0.1:$3/readyz"); [ "${got%%$'\t'*}" = 200 ] && return 0
     sleep 0.1
   done
-  show_log sluice-redis; die "sluice-redis: /readyz not 200 within ${READY_TIMEOUT}s (last: $got)"
+  show_log "$name"; die "$name: /readyz not 200 within ${READY_TIMEOUT}s (last: $got)"
+}
+
+# sluice-limit-pass with the Redis store instead of the memory store (the same policy, so
+# sluice-redis vs sluice-limit-pass isolates the store): one EVALSHA per request, pipelined.
+start_contender_sluice_redis() {
+  need_redis sluice-redis
+  start_sluice_store sluice-redis "$1" "$2" redis "127.0.0.1:$REDIS_PORT"
 }
 
 # sluice-redis on a 3-primary Redis Cluster: one EVALSHA per identifier (here one: the
@@ -511,25 +519,7 @@ routes:
 start_contender_sluice_cluster() {
   need_cluster sluice-cluster
   local seed=${CLUSTER_NODES%% *}
-  start_sluice sluice-cluster "$1" "$2" 200 "store:
-  type: redis-cluster
-  redis: { nodes: [\"127.0.0.1:${seed#*:}\"], timeout: 50ms }
-  on_error: allow
-response: { headers: $LIMIT_HEADERS }
-policies:
-  pass:
-    ip:
-      - {limit: 1000000000, per: 1s, algorithm: fixed}
-      - {limit: 1000000000, per: 1m, algorithm: sliding}
-routes:
-  - {match: {path_prefix: /}, policy: pass}"
-  C_METRICS[sluice-cluster]=$2
-  local i got=""
-  for ((i = 0; i < READY_TIMEOUT * 10; i++)); do   # /readyz: every primary connected
-    got=$(http_get "http://127.0.0.1:$2/readyz"); [ "${got%%$'\t'*}" = 200 ] && return 0
-    sleep 0.1
-  done
-  show_log sluice-cluster; die "sluice-cluster: /readyz not 200 within ${READY_TIMEOUT}s (last: $got)"
+  start_sluice_store sluice-cluster "$1" "$2" redis-cluster "127.0.0.1:${seed#*:}"
 }
 
 ensure_node_peer() {  # npm ci into bench/node-peer/node_modules unless it is already up to date

@@ -193,8 +193,9 @@ awaitable<redis_connection::result> redis_connection::call_formatted(std::string
                                                                      std::optional<redis_clock::time_point> until) {
     if (stopped_) co_return result{error::stopped, nullptr};
     if (!connected_ || !pipeline_.ready()) co_return result{error::not_ready, nullptr};
-    const auto deadline = until.value_or(redis_clock::now() + opts_.timeout);
-    if (deadline <= redis_clock::now()) co_return result{error::timeout, nullptr};
+    const auto now = redis_clock::now();
+    const auto deadline = until.value_or(now + opts_.timeout);
+    if (deadline <= now) co_return result{error::timeout, nullptr};
     // Its reply finds no waiter and is dropped; the pipeline keeps the two adjacent. Both or
     // neither: a lone ASKING would apply to the next command.
     if (asking) {

@@ -24,14 +24,14 @@ void append_int(std::vector<std::string>& argv, std::int64_t v) {
     argv.emplace_back(buf, end);
 }
 
+}  // namespace
+
 limit::check_result failure(std::string message) {
     limit::check_result res;
     res.state = limit::check_result::status::error;
     res.error = std::move(message);
     return res;
 }
-
-}  // namespace
 
 std::string key_name(std::string_view key_prefix, const limit::store_key& k) {
     static constexpr char hex[] = "0123456789abcdef";

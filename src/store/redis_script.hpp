@@ -59,6 +59,9 @@ limit::check_result parse_reply(const redisReply* reply, const limit::check_requ
 void build_undo(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
                 const limit::store_key& k, std::int64_t cost, const undo_record& u);
 
+// A check that failed (status::error), for logs and metrics `message`.
+limit::check_result failure(std::string message);
+
 // An error reply starting with "NOSCRIPT": the script was not run; load it and resend.
 bool is_noscript(const redisReply* reply);
 

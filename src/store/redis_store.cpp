@@ -31,13 +31,6 @@ std::string script_sha1(const std::string& script) {
     return out;
 }
 
-limit::check_result error_result(std::string why) {
-    limit::check_result out;
-    out.state = limit::check_result::status::error;
-    out.error = std::move(why);
-    return out;
-}
-
 }  // namespace
 
 redis_store::redis_store(const config::store_config& c, const redis_store_options& o)
@@ -89,7 +82,7 @@ void redis_store::on_reload() {
 
 limit::check_result redis_store::failed(const char* why) {
     counters_->errors.add();
-    return error_result(why);
+    return redis_script::failure(why);
 }
 
 std::optional<limit::check_result> redis_store::try_check(const limit::check_request& r) {
@@ -114,11 +107,16 @@ boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_requ
     try {
         const auto asked = redis_clock::now();
         const auto generation = generation_;
-        limit::check_result out;  // (not `?:` over two co_awaits: GCC 12 frees the result early)
-        if (cluster_)
+        limit::check_result out;
+        if (cluster_) {
             out = co_await decide_on_cluster(r, asked + conn_opts_.timeout);
-        else
-            out = co_await decide_on_node(r);
+        } else {  // one node: one EVALSHA, here (no coroutine frame more per request)
+            std::vector<std::string> argv;
+            redis_script::build_call(argv, conn_->script_sha(), key_prefix_, r);
+            auto reply = co_await conn_->call(std::move(argv), true);
+            out = reply.ok() ? redis_script::parse_reply(reply.reply.get(), r)
+                             : redis_script::failure(redis_connection::to_string(reply.failure));
+        }
         if (out.state == limit::check_result::status::error) {
             counters_->errors.add();
             co_return out;
@@ -134,14 +132,6 @@ boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_requ
     co_return failed("redis store failure");
 }
 
-boost::asio::awaitable<limit::check_result> redis_store::decide_on_node(const limit::check_request& r) {
-    std::vector<std::string> argv;
-    redis_script::build_call(argv, conn_->script_sha(), key_prefix_, r);
-    auto reply = co_await conn_->call(std::move(argv), true);
-    if (!reply.ok()) co_return error_result(redis_connection::to_string(reply.failure));
-    co_return redis_script::parse_reply(reply.reply.get(), r);
-}
-
 boost::asio::awaitable<limit::check_result> redis_store::decide_part(limit::check_request r, std::size_t key,
                                                                      redis_script::undo_record* undo,
                                                                      redis_clock::time_point deadline) {
@@ -150,7 +140,7 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_part(limit::chec
     redis_script::build_call(argv, cluster_sha_, key_prefix_, one, std::nullopt, undo != nullptr);
     const auto slot = cluster::key_slot(argv[3]);  // the identifier's HASH: its hash tag
     auto reply = co_await cluster_->call(slot, std::move(argv), true, deadline);
-    if (!reply.ok()) co_return error_result(redis_connection::to_string(reply.failure));
+    if (!reply.ok()) co_return redis_script::failure(redis_connection::to_string(reply.failure));
     auto out = redis_script::parse_reply(reply.reply.get(), one, undo);
     for (auto& t : out.verdict.tiers) t.key_index = key;
     co_return out;

@@ -75,7 +75,6 @@ public:
 private:
     limit::check_result failed(const char* why);
     bool can_call() const;
-    boost::asio::awaitable<limit::check_result> decide_on_node(const limit::check_request& r);
     boost::asio::awaitable<limit::check_result> decide_on_cluster(const limit::check_request& r,
                                                                   redis_clock::time_point deadline);
     // One identifier of `r` on the node serving its slot; with `undo`, its commit's record.

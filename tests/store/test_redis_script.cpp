@@ -797,63 +797,53 @@ TEST_CASE("redis_script: parse_reply") {
 // =======================================================================================
 // Against a real redis-server
 
-TEST_CASE("redis_script: the script matches decide() on random traces") {
-    redis_server srv;
+// Runs `traces` random traces per mix on `srv` (fresh state each), `split` as harness.split;
+// the seed comes from test_seed() and is printed under `label`.
+harness run_mixes(const redis_server& srv, const char* label, const std::vector<mix>& mixes, int traces, bool split) {
     const auto seed = test_seed();
-    std::printf("test_redis_script: seed %llu (SLUICE_TEST_SEED to repeat)\n", static_cast<unsigned long long>(seed));
+    std::printf("%s: seed %llu (SLUICE_TEST_SEED to repeat)\n", label, static_cast<unsigned long long>(seed));
     std::fflush(stdout);
     INFO("seed " << seed);
     std::mt19937_64 rng(seed);
     harness h{srv, load_script(srv)};
-
-    const std::vector<mix> mixes{
-        {"fixed", {algorithm::fixed}, 20},
-        {"sliding", {algorithm::sliding}, 20},
-        {"gcra", {algorithm::gcra}, 20},
-        {"log", {algorithm::log}, 20},
-        {"all", {algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log}, 35},
-        {"min-interval", {algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log}, 100},
-    };
+    h.split = split;
     for (const auto& m : mixes) {
         INFO("mix " << std::string(m.name));
         // Several short traces per mix: each with its own random tiers, fresh state.
-        for (int trace = 0; trace < 8; ++trace) {
+        for (int trace = 0; trace < traces; ++trace) {
             REQUIRE(str(srv.cmd({"FLUSHALL"}).get()) == "OK");
             h.states.clear();
             h.expire_at.clear();
             run_trace(h, rng, m, 250);
         }
     }
-    std::printf("test_redis_script: %zu requests, %zu denials, %zu log entries\n", h.requests, h.denials,
-                h.log_entries);
+    std::printf("%s: %zu requests, %zu denials, %zu log entries, %zu undos\n", label, h.requests, h.denials,
+                h.log_entries, h.undos);
+    return h;
+}
+
+const mix every_algorithm{"all", {algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log}, 35};
+const mix min_interval_heavy{
+    "min-interval", {algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log}, 100};
+
+TEST_CASE("redis_script: the script matches decide() on random traces") {
+    redis_server srv;
+    const std::vector<mix> mixes{
+        {"fixed", {algorithm::fixed}, 20},
+        {"sliding", {algorithm::sliding}, 20},
+        {"gcra", {algorithm::gcra}, 20},
+        {"log", {algorithm::log}, 20},
+        every_algorithm,
+        min_interval_heavy,
+    };
+    const auto h = run_mixes(srv, "test_redis_script", mixes, 8, false);
     CHECK(h.denials > h.requests / 10);
     CHECK(h.denials < h.requests * 9 / 10);
 }
 
 TEST_CASE("redis_script: on a cluster node, one call per identifier and undo match decide()") {
     redis_server srv(true);
-    const auto seed = test_seed();
-    std::printf("test_redis_script (cluster): seed %llu (SLUICE_TEST_SEED to repeat)\n",
-                static_cast<unsigned long long>(seed));
-    std::fflush(stdout);
-    INFO("seed " << seed);
-    std::mt19937_64 rng(seed);
-    harness h{srv, load_script(srv)};
-    h.split = true;
-    const std::vector<mix> mixes{
-        {"all", {algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log}, 35},
-        {"min-interval", {algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log}, 100},
-    };
-    for (const auto& m : mixes) {
-        INFO("mix " << std::string(m.name));
-        for (int trace = 0; trace < 6; ++trace) {
-            REQUIRE(str(srv.cmd({"FLUSHALL"}).get()) == "OK");
-            h.states.clear();
-            h.expire_at.clear();
-            run_trace(h, rng, m, 250);
-        }
-    }
-    std::printf("test_redis_script (cluster): %zu requests, %zu denials, %zu undos\n", h.requests, h.denials, h.undos);
+    const auto h = run_mixes(srv, "test_redis_script (cluster)", {every_algorithm, min_interval_heavy}, 6, true);
     CHECK(h.undos > 0);  // denials by one identifier after the other admitted happened, and were taken back
 }
 
