@@ -383,8 +383,8 @@ TEST_CASE("cluster: a resharding while gateways run keeps every identifier exact
     cluster_nodes c(3, 0);
     // A limit no client reaches: every request goes to the cluster (no deny cache), and each
     // admission must be counted exactly once wherever its slot is then.
-    fleet f(2, cluster_yaml(c.ports[0], "2s",
-                            "policies:\n  p:\n    ip: [ {limit: 1000000, per: 1h, precision: 6m} ]\n"));
+    fleet f(2,
+            cluster_yaml(c.ports[0], "2s", "policies:\n  p:\n    ip: [ {limit: 1000000, per: 1h, precision: 6m} ]\n"));
     constexpr int identities = 40;
     std::map<int, long> admitted;
     std::mutex mu;
@@ -436,8 +436,8 @@ TEST_CASE("cluster: a resharding while gateways run keeps every identifier exact
 
 TEST_CASE("cluster: a primary killed under load fails over, and no request waits past the timeout") {
     cluster_nodes c(3, 1);
-    fleet f(2, cluster_yaml(c.ports[0], "300ms",
-                            "policies:\n  p:\n    ip: [ {limit: 100000, per: 1h, precision: 6m} ]\n"));
+    fleet f(
+        2, cluster_yaml(c.ports[0], "300ms", "policies:\n  p:\n    ip: [ {limit: 100000, per: 1h, precision: 6m} ]\n"));
     constexpr int identities = 24;
     std::map<int, long> admitted;
     std::vector<steady_clock::time_point> admitted_at;
