@@ -770,16 +770,7 @@ void settle_tier(tier_config& t, const tier_nodes& at) {
     }
 }
 
-std::string tier_id(const std::string& policy, const tier_config& t) {
-    std::string last = t.algo == algorithm::gcra  ? std::to_string(t.burst)
-                       : t.algo == algorithm::log ? format_duration(t.per)
-                                                  : format_duration(t.precision);
-    std::string id = policy + "/" + t.kind + "/";
-    id += to_string(t.algo);
-    return id + "/" + format_duration(t.per) + "/" + last;
-}
-
-tier_config read_tier(const node_ref& n, const std::string& policy, const std::string& kind) {
+tier_config read_tier(const node_ref& n, const std::string& kind) {
     tier_config t;
     t.kind = kind;
     tier_nodes at;
@@ -814,17 +805,17 @@ tier_config read_tier(const node_ref& n, const std::string& policy, const std::s
                      {"min_interval", [&](const node_ref& v) { t.min_interval = read_duration(v, zero::allowed); }},
                  });
     settle_tier(t, at);
-    t.id = tier_id(policy, t);
     return t;
 }
 
-std::vector<tier_config> read_tiers(const node_ref& v, const std::string& policy, const std::string& kind) {
+std::vector<tier_config> read_tiers(const node_ref& v, const std::string& kind) {
     std::vector<tier_config> out;
     schema::read_sequence(v, [&](const node_ref& item) {
-        tier_config t = read_tier(item, policy, kind);
+        tier_config t = read_tier(item, kind);
         for (std::size_t i = 0; i < out.size(); ++i) {
-            if (out[i].id == t.id) {
-                item.fail("duplicate tier (same id as tier " + std::to_string(i) + ": " + t.id + ")");
+            if (shares_counter(out[i], t)) {
+                item.fail("duplicate tier (tier " + std::to_string(i) +
+                          " has the same algorithm, per and precision or burst: both would count in one place)");
             }
         }
         out.push_back(std::move(t));
@@ -832,51 +823,15 @@ std::vector<tier_config> read_tiers(const node_ref& v, const std::string& policy
     return out;
 }
 
-std::vector<std::string> names_of(const std::vector<tier_config*>& tiers) {
-    std::vector<std::string> names;
-    for (const tier_config* t : tiers) names.push_back(t->name);
-    return names;
-}
-
-void append_part(std::string& name, std::string_view part) {
-    name += '-';
-    name += part;
-}
-
-// Header names "<kind>-<per>", unique within the policy: names shared by several tiers get
-// "-<algorithm>", and any still shared "-2", "-3"... from the second one on.
-void name_tiers(policy_config& p) {
-    std::vector<tier_config*> tiers;
-    for (auto* list : {&p.ip, &p.user}) {
-        for (tier_config& t : *list) tiers.push_back(&t);
-    }
-    for (tier_config* t : tiers) {
-        t->name = t->kind;
-        append_part(t->name, format_duration(t->per));
-    }
-    std::vector<std::string> names = names_of(tiers);
-    for (std::size_t i = 0; i < tiers.size(); ++i) {
-        if (std::count(names.begin(), names.end(), names[i]) > 1) {
-            append_part(tiers[i]->name, to_string(tiers[i]->algo));
-        }
-    }
-    names = names_of(tiers);
-    for (auto it = names.begin(); it != names.end(); ++it) {
-        auto before = std::count(names.begin(), it, *it);
-        if (before > 0) append_part(tiers[it - names.begin()]->name, std::to_string(before + 1));
-    }
-}
-
 policy_config read_policy(const node_ref& n, const std::string& name) {
     policy_config p;
     p.name = name;
     read_mapping(n, {
                         {"shadow", [&](const node_ref& v) { p.shadow = schema::read_bool(v); }},
-                        {"ip", [&](const node_ref& v) { p.ip = read_tiers(v, name, "ip"); }},
-                        {"user", [&](const node_ref& v) { p.user = read_tiers(v, name, "user"); }},
+                        {"ip", [&](const node_ref& v) { p.ip = read_tiers(v, "ip"); }},
+                        {"user", [&](const node_ref& v) { p.user = read_tiers(v, "user"); }},
                     });
     if (p.ip.empty() && p.user.empty()) n.fail(policy_without_tiers);
-    name_tiers(p);
     return p;
 }
 
@@ -941,18 +896,20 @@ void read_routes(const node_ref& n, std::vector<route_config>& out, std::vector<
     schema::read_sequence(n, [&](const node_ref& item) { out.push_back(read_route(item, at.emplace_back())); });
 }
 
-std::string cost_exceeds(std::int64_t cost, std::string_view what, std::int64_t bound, const tier_config& t) {
-    return "cost " + std::to_string(cost) + " exceeds the " + std::string(what) + " " + std::to_string(bound) +
-           " of tier " + t.id;
+std::string cost_exceeds(std::int64_t cost, std::string_view what, std::int64_t bound, const policy_config& p,
+                         const tier_config& t, std::size_t index) {
+    std::ostringstream s;
+    s << "cost " << cost << " exceeds the " << what << ' ' << bound << " of policies." << p.name << '.' << t.kind << '['
+      << index << ']';
+    return s.str();
 }
 
 void check_cost(const node_ref& at, std::int64_t cost, const policy_config& p) {
     for (const auto* tiers : {&p.ip, &p.user}) {
-        for (const tier_config& t : *tiers) {
-            if (cost > t.limit) at.fail(cost_exceeds(cost, "limit", t.limit, t));
-            if (t.algo == algorithm::gcra && cost > t.burst) {
-                at.fail(cost_exceeds(cost, "burst", t.burst, t));
-            }
+        for (std::size_t i = 0; i < tiers->size(); ++i) {
+            const tier_config& t = (*tiers)[i];
+            if (cost > t.limit) at.fail(cost_exceeds(cost, "limit", t.limit, p, t, i));
+            if (t.algo == algorithm::gcra && cost > t.burst) at.fail(cost_exceeds(cost, "burst", t.burst, p, t, i));
         }
     }
 }

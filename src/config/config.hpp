@@ -177,9 +177,9 @@ std::string_view to_string(algorithm a);  // "fixed", "sliding", "gcra", "log"
 // and per / precision <= 120 (default precision: per / 10, which must then be a whole
 // number of milliseconds); fixed: precision == per; gcra: burst >= 1 (default: limit);
 // log: limit <= 1000; min_interval >= 0.
+// One tier as configured, its defaults settled. Its id and header name are given by
+// limit/policy (compile_policies).
 struct tier_config {
-    std::string id;    // <policy>/<kind>/<algorithm>/<per>/<precision|burst>, stable across reloads
-    std::string name;  // for rate-limit headers: "<kind>-<per>", made unique within the policy
     std::string kind;  // "ip" or "user"
     std::int64_t limit = 0;
     duration per{0};
@@ -190,6 +190,12 @@ struct tier_config {
 
     bool operator==(const tier_config&) const = default;
 };
+
+// Two tiers of one policy that would count in one place (the same tier id in limit/policy):
+// the same kind, algorithm, per and precision or burst. A policy may not hold both.
+inline bool shares_counter(const tier_config& a, const tier_config& b) {
+    return a.kind == b.kind && a.algo == b.algo && a.per == b.per && a.precision == b.precision && a.burst == b.burst;
+}
 
 struct policy_config {
     std::string name;

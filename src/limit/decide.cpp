@@ -174,11 +174,11 @@ void derive_from_limit(tier& t) {
 
 }  // namespace
 
-tier tier::from(const config::tier_config& c) {
+tier tier::from(const config::tier_config& c, std::string id, std::string name) {
     tier t;
-    t.key = tier_key_of(c.id);
-    t.id = c.id;
-    t.name = c.name;
+    t.key = tier_key_of(id);
+    t.id = std::move(id);
+    t.name = std::move(name);
     t.algo = c.algo;
     t.limit = c.limit;
     t.per = c.per.count() * us_per_ms;

@@ -37,7 +37,8 @@ struct tier {
     usec min_interval = 0;
     usec horizon = 0;  // how long after its last admission the state can matter
 
-    static tier from(const config::tier_config& c);
+    // `id` as limit/policy builds it; `name` as the headers show it.
+    static tier from(const config::tier_config& c, std::string id, std::string name);
     // This tier for one gateway of `n` deciding alone (store.on_error local): limit and
     // burst divided by n, rounded up, min_interval multiplied by n, and the values derived
     // from them recomputed.

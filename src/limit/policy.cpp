@@ -1,14 +1,63 @@
 #include "limit/policy.hpp"
 
+#include <algorithm>
+
 namespace sluice::limit {
+
+std::string tier_id(std::string_view policy, const config::tier_config& t) {
+    using config::algorithm;
+    std::string id(policy);
+    id += '/';
+    id += t.kind;
+    id += '/';
+    id += config::to_string(t.algo);
+    id += '/';
+    id += config::format_duration(t.per);
+    id += '/';
+    switch (t.algo) {
+        case algorithm::gcra: id += std::to_string(t.burst); break;
+        case algorithm::log: id += config::format_duration(t.per); break;
+        case algorithm::fixed:
+        case algorithm::sliding: id += config::format_duration(t.precision); break;
+    }
+    return id;
+}
+
+std::vector<std::string> tier_names(const config::policy_config& p) {
+    std::vector<const config::tier_config*> tiers;
+    for (const auto* list : {&p.ip, &p.user}) {
+        for (const auto& t : *list) tiers.push_back(&t);
+    }
+    std::vector<std::string> names;
+    for (const auto* t : tiers) names.push_back(t->kind + '-' + config::format_duration(t->per));
+    const auto shared = [](const std::vector<std::string>& all, auto it) {
+        return std::count(all.begin(), all.end(), *it) > 1;
+    };
+    auto plain = names;
+    for (auto it = plain.begin(); it != plain.end(); ++it) {
+        if (!shared(plain, it)) continue;
+        auto& name = names[it - plain.begin()];
+        name += '-';
+        name += config::to_string(tiers[it - plain.begin()]->algo);
+    }
+    plain = names;
+    for (auto it = plain.begin(); it != plain.end(); ++it) {
+        if (const auto before = std::count(plain.begin(), it, *it); before > 0) {
+            names[it - plain.begin()] += '-' + std::to_string(before + 1);
+        }
+    }
+    return names;
+}
 
 std::vector<policy> compile_policies(const config::config& c) {
     std::vector<policy> out;
     out.reserve(c.policies.size());
     for (const auto& pc : c.policies) {
         policy p{pc.name, pc.shadow, {}, {}, 0};
-        for (const auto& t : pc.ip) p.ip.push_back(tier::from(t));
-        for (const auto& t : pc.user) p.user.push_back(tier::from(t));
+        const auto names = tier_names(pc);
+        std::size_t n = 0;
+        for (const auto& t : pc.ip) p.ip.push_back(tier::from(t, tier_id(pc.name, t), names[n++]));
+        for (const auto& t : pc.user) p.user.push_back(tier::from(t, tier_id(pc.name, t), names[n++]));
         out.push_back(std::move(p));
     }
     return out;

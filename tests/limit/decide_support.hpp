@@ -51,7 +51,9 @@ inline tier_spec as_user(tier_spec s) {
     return s;
 }
 
-inline config::tier_config to_config(const tier_spec& s) {
+// A tier from its spec, with an id unique within a test even for tiers that differ only in limit
+// or min_interval.
+inline tier make_tier(const tier_spec& s) {
     config::tier_config c;
     c.kind = s.kind;
     c.limit = s.limit;
@@ -60,14 +62,11 @@ inline config::tier_config to_config(const tier_spec& s) {
     c.precision = config::duration{s.algo == algorithm::fixed ? s.per_ms : s.algo == algorithm::sliding ? s.param : 0};
     c.burst = s.algo == algorithm::gcra ? s.param : 0;
     c.min_interval = config::duration{s.min_interval_ms};
-    // Unique within a test even for tiers that differ only in limit or min_interval.
-    c.id = "test/" + s.kind + "/" + std::string(config::to_string(s.algo)) + "/" + std::to_string(s.per_ms) + "ms/" +
-           std::to_string(s.param) + "/" + std::to_string(s.limit) + "/" + std::to_string(s.min_interval_ms);
-    c.name = s.kind + "-" + std::to_string(s.per_ms) + "ms";
-    return c;
+    std::string id = "test/" + s.kind + "/" + std::string(config::to_string(s.algo)) + "/" + std::to_string(s.per_ms) +
+                     "ms/" + std::to_string(s.param) + "/" + std::to_string(s.limit) + "/" +
+                     std::to_string(s.min_interval_ms);
+    return tier::from(c, id, s.kind + "-" + std::to_string(s.per_ms) + "ms");
 }
-
-inline tier make_tier(const tier_spec& s) { return tier::from(to_config(s)); }
 
 // One identifier: its state and the tiers that apply to it.
 struct key {

@@ -24,14 +24,14 @@ constexpr limit::usec SEC = 1'000'000;
 
 limit::tier make_tier(const std::string& policy, const std::string& kind, std::int64_t n, std::int64_t per_ms) {
     config::tier_config c;
-    c.id = policy + "/" + kind + "/fixed/" + std::to_string(per_ms) + "ms/" + std::to_string(per_ms) + "ms";
-    c.name = kind + "-" + std::to_string(per_ms) + "ms";
+    std::string id = policy + "/" + kind + "/fixed/" + std::to_string(per_ms) + "ms/" + std::to_string(per_ms) + "ms";
+    std::string name = kind + "-" + std::to_string(per_ms) + "ms";
     c.kind = kind;
     c.limit = n;
     c.per = config::duration{per_ms};
     c.algo = config::algorithm::fixed;
     c.precision = c.per;
-    return limit::tier::from(c);
+    return limit::tier::from(c, id, name);
 }
 
 limit::policy make_policy(const std::string& name, bool ip, bool user, bool shadow = false) {

@@ -26,14 +26,14 @@ constexpr usec T0 = 1'699'995'600 * SEC;  // aligned to the hour
 
 limit::tier hourly(std::int64_t n) {
     config::tier_config c;
-    c.id = "fb/ip/fixed/1h/" + std::to_string(n);
-    c.name = "ip-1h";
+    std::string id = "fb/ip/fixed/1h/" + std::to_string(n);
+    std::string name = "ip-1h";
     c.kind = "ip";
     c.limit = n;
     c.per = config::duration{3'600'000};
     c.algo = config::algorithm::fixed;
     c.precision = c.per;
-    return limit::tier::from(c);
+    return limit::tier::from(c, id, name);
 }
 
 // A shared store that answers "allowed" after a round trip (as Redis does), fails at once (not

@@ -26,14 +26,14 @@ constexpr usec T0 = 1'699'995'600 * SEC;
 
 limit::tier fixed_tier(const std::string& kind, std::int64_t n, std::int64_t per_ms) {
     config::tier_config c;
-    c.id = "mem/" + kind + "/fixed/" + std::to_string(per_ms) + "ms/" + std::to_string(n);
-    c.name = kind + "-" + std::to_string(per_ms) + "ms";
+    std::string id = "mem/" + kind + "/fixed/" + std::to_string(per_ms) + "ms/" + std::to_string(n);
+    std::string name = kind + "-" + std::to_string(per_ms) + "ms";
     c.kind = kind;
     c.limit = n;
     c.per = config::duration{per_ms};
     c.algo = config::algorithm::fixed;
     c.precision = c.per;
-    return limit::tier::from(c);
+    return limit::tier::from(c, id, name);
 }
 
 // An identifier in a chosen stripe (the store picks the stripe from bytes 8 and 9), told

@@ -427,14 +427,14 @@ namespace {
 
 sluice::limit::tier fixed_tier(std::int64_t limit) {
     sluice::config::tier_config c;
-    c.id = "test/ip/fixed/1m/1m";
-    c.name = "ip-1m";
+    std::string id = "test/ip/fixed/1m/1m";
+    std::string name = "ip-1m";
     c.kind = "ip";
     c.limit = limit;
     c.per = 60s;
     c.algo = sluice::config::algorithm::fixed;
     c.precision = 60s;
-    return sluice::limit::tier::from(c);
+    return sluice::limit::tier::from(c, id, name);
 }
 
 }  // namespace

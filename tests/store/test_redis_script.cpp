@@ -70,10 +70,10 @@ limit::tier make_tier(algorithm algo, std::int64_t limit, std::int64_t per_ms, s
     c.precision = config::duration{algo == algorithm::fixed ? per_ms : algo == algorithm::sliding ? param : 0};
     c.burst = algo == algorithm::gcra ? param : 0;
     c.min_interval = config::duration{min_interval_ms};
-    c.id = policy + "/" + kind + "/" + algo_name(algo) + "/" + std::to_string(per_ms) + "ms/" + std::to_string(param) +
-           suffix;
-    c.name = kind + "-" + std::to_string(per_ms) + "ms";
-    return limit::tier::from(c);
+    std::string id = policy + "/" + kind + "/" + algo_name(algo) + "/" + std::to_string(per_ms) + "ms/" +
+                     std::to_string(param) + suffix;
+    std::string name = kind + "-" + std::to_string(per_ms) + "ms";
+    return limit::tier::from(c, id, name);
 }
 
 limit::digest digest_of(unsigned n) {

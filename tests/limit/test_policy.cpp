@@ -1,0 +1,124 @@
+// Policies compiled from a config (limit/policy.hpp): tier ids, which name the counters in
+// the store, and tier names, which the rate-limit headers show.
+#include "limit/policy.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace config = sluice::config;
+namespace limit = sluice::limit;
+
+std::vector<limit::policy> compile(const char* yaml) {
+    return limit::compile_policies(*config::load_string(yaml, "policy.yaml"));
+}
+
+std::vector<std::string> ids(const std::vector<limit::tier>& tiers) {
+    std::vector<std::string> out;
+    for (const auto& t : tiers) out.push_back(t.id);
+    return out;
+}
+
+std::vector<std::string> names(const limit::policy& p) {
+    std::vector<std::string> out;
+    for (const auto* list : {&p.ip, &p.user}) {
+        for (const auto& t : *list) out.push_back(t.name);
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("tier ids: policy, kind, algorithm, per, and precision, burst or per") {
+    auto ps = compile(R"(
+upstream: { url: "http://h" }
+policies:
+  default:
+    ip:
+      - { limit: 10, per: 1s }
+      - { limit: 120, per: 1m, algorithm: fixed }
+      - { limit: 40, per: 1s, algorithm: gcra }
+      - { limit: 1000, per: 1h, algorithm: log }
+      - { limit: 1, per: 7ms, precision: 7ms }
+      - { limit: 1000000000, per: 8784h, algorithm: fixed }
+    user:
+      - { limit: 3, per: 90s, algorithm: gcra, burst: 2 }
+)");
+    REQUIRE(ps.size() == 1);
+    CHECK(ids(ps[0].ip) == std::vector<std::string>{"default/ip/sliding/1s/100ms", "default/ip/fixed/1m/1m",
+                                                    "default/ip/gcra/1s/40", "default/ip/log/1h/1h",
+                                                    "default/ip/sliding/7ms/7ms", "default/ip/fixed/8784h/8784h"});
+    CHECK(ids(ps[0].user) == std::vector<std::string>{"default/user/gcra/90s/2"});
+    CHECK(ps[0].ip[0].key == limit::tier_key_of("default/ip/sliding/1s/100ms"));
+}
+
+TEST_CASE("tier ids do not change with limit or min_interval, so a reload keeps the counts") {
+    auto before = compile(R"(
+upstream: { url: "http://h" }
+policies: { p: { ip: [ { limit: 10, per: 1s } ] } }
+)");
+    auto after = compile(R"(
+upstream: { url: "http://h" }
+policies: { p: { ip: [ { limit: 50, per: 1s, min_interval: 10ms } ] } }
+)");
+    CHECK(before.at(0).ip.at(0).key == after.at(0).ip.at(0).key);
+    CHECK(before.at(0).ip.at(0).limit != after.at(0).ip.at(0).limit);
+}
+
+TEST_CASE("tier names are <kind>-<per>, made unique within the policy") {
+    auto ps = compile(R"(
+upstream: { url: "http://h" }
+policies:
+  p:
+    ip:
+      - { limit: 10, per: 1s }
+      - { limit: 20, per: 1s, precision: 500ms }
+      - { limit: 30, per: 1s, precision: 250ms }
+      - { limit: 5, per: 1s, algorithm: gcra }
+      - { limit: 100, per: 1m }
+    user:
+      - { limit: 10, per: 1s }
+  q:
+    ip:
+      - { limit: 10, per: 1s }
+      - { limit: 10, per: 1h }
+)");
+    REQUIRE(ps.size() == 2);
+    CHECK(names(ps[0]) == std::vector<std::string>{"ip-1s-sliding", "ip-1s-sliding-2", "ip-1s-sliding-3", "ip-1s-gcra",
+                                                   "ip-1m", "user-1s"});
+    CHECK(names(ps[1]) == std::vector<std::string>{"ip-1s", "ip-1h"});
+}
+
+TEST_CASE("config::shares_counter holds exactly when two tiers would get one id") {
+    std::vector<config::tier_config> tiers;
+    for (const auto algo :
+         {config::algorithm::fixed, config::algorithm::sliding, config::algorithm::gcra, config::algorithm::log}) {
+        for (const auto per : {config::duration{1000}, config::duration{60000}}) {
+            for (const std::int64_t limit : {10, 20}) {
+                config::tier_config t;
+                t.kind = "ip";
+                t.algo = algo;
+                t.per = per;
+                t.limit = limit;
+                if (algo == config::algorithm::fixed) t.precision = per;
+                if (algo == config::algorithm::sliding) t.precision = per / (limit == 10 ? 10 : 5);
+                if (algo == config::algorithm::gcra) t.burst = limit;
+                tiers.push_back(t);
+                t.kind = "user";
+                tiers.push_back(t);
+            }
+        }
+    }
+    int shared = 0;
+    for (const auto& a : tiers) {
+        for (const auto& b : tiers) {
+            const bool same_id = limit::tier_id("p", a) == limit::tier_id("p", b);
+            CHECK(config::shares_counter(a, b) == same_id);
+            shared += same_id && !(a == b);
+        }
+    }
+    CHECK(shared > 0);  // fixed and log tiers that differ only in limit share an id
+}
