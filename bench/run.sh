@@ -6,7 +6,8 @@
 # thread, in front of the same nginx upstream, driven in turn by wrk over loopback.
 #
 # Usage: bench/run.sh            (as root on Debian 12; see bench/README.md)
-#   env: CONTENDERS="sluice nginx haproxy sluice-limit-pass nginx-limit-pass
+#   env: CONTENDERS="sluice nginx haproxy sluice-logged nginx-logged
+#                    sluice-limit-pass nginx-limit-pass
 #                    sluice-limit-reject nginx-limit-reject sluice-redis sluice-cluster
 #                    node-redis"
 #        ROUNDS=3  DURATION=4s  WARMUP=2s  CONNECTIONS=64  THREADS=2
@@ -35,7 +36,7 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 cd "$REPO_ROOT" || exit 1
 
-DEFAULT_CONTENDERS="sluice nginx haproxy sluice-limit-pass nginx-limit-pass sluice-limit-reject nginx-limit-reject sluice-redis sluice-cluster node-redis"
+DEFAULT_CONTENDERS="sluice nginx haproxy sluice-logged nginx-logged sluice-limit-pass nginx-limit-pass sluice-limit-reject nginx-limit-reject sluice-redis sluice-cluster node-redis"
 CONTENDERS=${CONTENDERS:-$DEFAULT_CONTENDERS}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-4s}
@@ -45,7 +46,7 @@ THREADS=${THREADS:-2}
 ORDER=${ORDER:-fixed}           # fixed: same order every round; rotate: shift by one per round
 PIN=${PIN:-0}                   # 1: proxy on CPU 0, upstream + wrk on the other CPUs
 SLUICE_BIN=${SLUICE_BIN:-build/sluice}
-RATIOS=${RATIOS:-"sluice:nginx sluice:haproxy sluice-limit-pass:nginx-limit-pass sluice-limit-reject:nginx-limit-reject sluice-limit-pass:sluice nginx-limit-pass:nginx sluice-redis:sluice-limit-pass sluice-cluster:sluice-redis sluice-redis:node-redis sluice-redis:nginx node-redis:nginx"}
+RATIOS=${RATIOS:-"sluice:nginx sluice:haproxy sluice-logged:nginx-logged sluice-logged:sluice nginx-logged:nginx sluice-limit-pass:nginx-limit-pass sluice-limit-reject:nginx-limit-reject sluice-limit-pass:sluice nginx-limit-pass:nginx sluice-redis:sluice-limit-pass sluice-cluster:sluice-redis sluice-redis:node-redis sluice-redis:nginx node-redis:nginx"}
 LIMIT_HEADERS=${LIMIT_HEADERS:-ietf}  # Sluice limit contenders: response.headers (ietf|legacy|both|none)
 HASH_SECRET=bench-only-hash-secret    # SLUICE_HASH_SECRET for every Sluice (keyed hashing, as in production)
 WRK_TIMEOUT=${WRK_TIMEOUT:-2s}
@@ -288,15 +289,16 @@ ensure_sluice() {  # builds Sluice if SLUICE_BIN is missing
   [ -x "$SLUICE_BIN" ] || die "build finished but $SLUICE_BIN is missing"
 }
 
-start_sluice() {  # start_sluice NAME PORT ADMIN_PORT EXPECT [EXTRA_YAML]
-  local name=$1 port=$2 admin_port=$3 expect=$4 extra=${5:-} conf="$WORK/$1.yaml"
+start_sluice() {  # start_sluice NAME PORT ADMIN_PORT EXPECT [EXTRA_YAML [ACCESS_LOG]]
+  local name=$1 port=$2 admin_port=$3 expect=$4 extra=${5:-} access=${6:-off} conf="$WORK/$1.yaml"
   ensure_sluice
-  # access log off (the nginx and HAProxy contenders log nothing either); no routes = no limit
+  # access log off unless asked (the nginx and HAProxy contenders log nothing either, but
+  # the -logged pair); no routes = no limit
   cat >"$conf" <<EOF
 server: { listen: "127.0.0.1:$port", threads: 1, max_connections: 10000 }
 admin:  { listen: "127.0.0.1:$admin_port" }
 upstream: { url: "http://127.0.0.1:$UP_PORT", max_idle_per_worker: 256 }
-log: { level: warn, access: { path: off } }
+log: { level: warn, access: { path: "$access" } }
 $extra
 EOF
   "$SLUICE_BIN" --check --config "$conf" >/dev/null || die "$name: sluice config check failed ($conf)"
@@ -306,6 +308,12 @@ EOF
 }
 
 start_contender_sluice() { start_sluice sluice "$1" "$2" 200; }
+
+# The same proxy with its JSON access log written to a file (the default config logs).
+start_contender_sluice_logged() {
+  mkdir -p "$WORK/sluice-logged"
+  start_sluice sluice-logged "$1" "$2" 200 "" "$WORK/sluice-logged/access.log"
+}
 
 # One client (127.0.0.1), so one identifier: a limit far above any rate wrk reaches,
 # checked on every request (a fixed and a sliding tier, in one store call).
@@ -365,6 +373,14 @@ EOF
 }
 
 start_contender_nginx() { start_nginx_proxy nginx "$1" 200; }
+
+# nginx writing the same JSON fields as Sluice's access log, buffered as nginx is usually
+# run for speed (64 KiB, flushed at least every second).
+start_contender_nginx_logged() {
+  start_nginx_proxy nginx-logged "$1" 200 \
+    "log_format sluice_json escape=json '{\"time\":\"\$time_iso8601\",\"peer\":\"\$remote_addr\",\"method\":\"\$request_method\",\"path\":\"\$uri\",\"route\":\"/*\",\"policy\":\"\",\"decision\":\"\",\"id_kind\":\"\",\"id\":\"\",\"status\":\$status,\"bytes_in\":\$request_length,\"bytes_out\":\$body_bytes_sent,\"upstream_us\":\"\$upstream_response_time\",\"total_us\":\"\$request_time\"}';" \
+    "access_log $WORK/nginx-logged/access.log sluice_json buffer=64k flush=1s;"
+}
 
 # limit_req keeps "excess" in 1/1000 requests: rate 1e9 r/s is 1e12 units/s and burst 1e9
 # is 1e12 units, far above anything reached here, and rate * elapsed ms stays below 2^63

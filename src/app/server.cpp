@@ -91,13 +91,14 @@ private:
     std::vector<std::unique_ptr<store::redis_store>> redis_;        // store.type redis: one per worker
     std::unique_ptr<store::fallback_state> fallback_state_;         // store.on_error local
     std::vector<std::unique_ptr<store::fallback_store>> fallback_;  // on_error local: one per worker
-    std::vector<std::unique_ptr<server::access_log>> access_logs_;
-    std::atomic<std::size_t> open_connections_{0};  // client connections, every worker
+    std::unique_ptr<server::access_log> access_log_;                // null: log.access.path off
+    std::atomic<std::size_t> open_connections_{0};                  // client connections, every worker
     std::vector<std::unique_ptr<server::worker>> workers_;
     asio::io_context main_ioc_{1};
     std::unique_ptr<admin_server> admin_;
     asio::signal_set stop_signals_{main_ioc_, SIGINT, SIGTERM};
     asio::signal_set reload_signal_{main_ioc_, SIGHUP};
+    asio::signal_set reopen_signal_{main_ioc_, SIGUSR1};
     asio::steady_timer drain_deadline_{main_ioc_};
     asio::steady_timer collect_timer_{main_ioc_};
     void collect_expired();
@@ -196,7 +197,10 @@ bool gateway::start() {
     identity::hasher hasher(secret ? secret : "");
     if (!start_store()) return false;
     try {
-        access_logs_ = server::access_log::open(cfg_->log.access_path, threads_);
+        if (cfg_->log.access_path != "off") {
+            access_log_ = std::make_unique<server::access_log>(cfg_->log.access_path, threads_);
+            metrics_.add_access_log([log = access_log_.get()] { return log->dropped(); });
+        }
     } catch (const std::exception& e) {
         spdlog::error("cannot open the access log {}: {}", cfg_->log.access_path, e.what());
         return false;
@@ -206,7 +210,7 @@ bool gateway::start() {
         for (unsigned i = 0; i < threads_; ++i) {
             workers_.push_back(std::make_unique<server::worker>(snap, metrics_.worker(i), upstream, open_connections_,
                                                                 cfg_->server.max_connections, store_for(i), hasher));
-            if (!access_logs_.empty()) workers_.back()->access = access_logs_[i].get();
+            if (access_log_) workers_.back()->access = &access_log_->lane_of(i);
             open_acceptor(workers_.back()->acceptor, ep);
             ep = workers_.back()->acceptor.local_endpoint();
         }
@@ -233,6 +237,7 @@ void gateway::drain(int sig) {
     spdlog::info("signal {}: draining for up to {} ms", sig, cfg_->server.drain_timeout.count());
     admin_->stop();
     reload_signal_.cancel();
+    reopen_signal_.cancel();
     collect_timer_.cancel();
     auto accepting = std::make_shared<std::size_t>(workers_.size());
     for (auto& w : workers_)
@@ -296,6 +301,13 @@ int gateway::run() {
         reload_signal_.async_wait(on_hup);
     };
     reload_signal_.async_wait(on_hup);
+    // nginx's convention for log rotation: `mv` the file, then SIGUSR1.
+    std::function<void(boost::system::error_code, int)> on_usr1 = [this, &on_usr1](boost::system::error_code ec, int) {
+        if (ec) return;
+        if (access_log_) access_log_->reopen();
+        reopen_signal_.async_wait(on_usr1);
+    };
+    reopen_signal_.async_wait(on_usr1);
     announce();
 
     std::vector<std::thread> threads;

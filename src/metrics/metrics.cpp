@@ -147,6 +147,20 @@ void registry::add_fallback(std::vector<const fallback_counters*> stores, std::f
     collectors_.push_back(std::move(collect));
 }
 
+void registry::add_access_log(std::function<std::uint64_t()> dropped) {
+    auto collect = [dropped = std::move(dropped)] {
+        std::vector<prometheus::MetricFamily> out(1);
+        out[0] = {"sluice_access_log_dropped_total",
+                  "Access log lines lost: dropped while the log's writer fell behind, or in a failed write.",
+                  MetricType::Counter,
+                  {}};
+        out[0].metric.emplace_back().counter.value = static_cast<double>(dropped());
+        return out;
+    };
+    std::lock_guard lock(names_mu_);
+    collectors_.push_back(std::move(collect));
+}
+
 namespace {
 
 MetricFamily family(std::string name, std::string help, MetricType type) {

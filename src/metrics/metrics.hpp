@@ -130,6 +130,8 @@ public:
     // sluice_store_degraded (whether `degraded()`) and sluice_store_local_decisions_total over
     // every worker's fallback counters (store.on_error local). Once, at start.
     void add_fallback(std::vector<const fallback_counters*> stores, std::function<bool()> degraded);
+    // sluice_access_log_dropped_total: access log lines lost. Once, at start.
+    void add_access_log(std::function<std::uint64_t()> dropped);
     // Counts a configuration reload (SIGHUP or POST /reload) by its result.
     void reloaded(bool ok);
     // Prometheus text exposition format. Any thread.

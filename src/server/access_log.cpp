@@ -1,76 +1,177 @@
 #include "server/access_log.hpp"
 
-#include <spdlog/async.h>
-#include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_sinks.h>
-#include <boost/json/serialize.hpp>
-#include <boost/json/value.hpp>
+#include <spdlog/spdlog.h>
 
-#include <chrono>
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
 #include <ctime>
+#include <system_error>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 namespace sluice::server {
 
-namespace {
-
-// "2026-11-22T17:55:41.228Z"
-std::string iso_time(std::chrono::system_clock::time_point t) {
-    using namespace std::chrono;
-    const auto ms = duration_cast<milliseconds>(t.time_since_epoch()).count();
-    const std::time_t secs = static_cast<std::time_t>(ms / 1000);
-    std::tm tm{};
-    gmtime_r(&secs, &tm);
-    char buf[32];
-    const auto n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-    return std::string(buf, n) + "." + std::to_string(1000 + ms % 1000).substr(1) + "Z";
+void access_log::lane::append_string(std::string_view s) {
+    json_.reset(boost::json::string_view(s.data(), s.size()));
+    char buf[256];
+    while (!json_.done()) line_ += json_.read(buf, sizeof buf);
 }
 
-}  // namespace
+void access_log::lane::append_number(std::int64_t n) {
+    char buf[24];
+    line_.append(buf, std::to_chars(buf, buf + sizeof buf, n).ptr);
+}
 
-std::vector<std::unique_ptr<access_log>> access_log::open(const std::string& path, std::size_t workers) {
-    std::vector<std::unique_ptr<access_log>> out;
-    if (path == "off") return out;
-    spdlog::sink_ptr sink;
-    if (path == "-")
-        sink = std::make_shared<spdlog::sinks::stdout_sink_mt>();
-    else
-        sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path);
-    sink->set_pattern("%v");
-    for (std::size_t i = 0; i < workers; ++i) {
-        auto pool = std::make_shared<spdlog::details::thread_pool>(8192, 1);
-        auto logger = std::make_shared<spdlog::async_logger>("access-" + std::to_string(i), sink, pool,
-                                                             spdlog::async_overflow_policy::overrun_oldest);
-        logger->set_level(spdlog::level::info);
-        logger->flush_on(spdlog::level::info);
-        out.push_back(std::unique_ptr<access_log>(new access_log(std::move(pool), std::move(logger))));
+void access_log::lane::write(const access_record& r) {
+    using namespace std::chrono;
+    const auto ms = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+    if (ms / 1000 != second_) {  // "2026-11-22T17:55:41." once per second
+        second_ = ms / 1000;
+        const auto secs = static_cast<std::time_t>(second_);
+        std::tm tm{};
+        gmtime_r(&secs, &tm);
+        char buf[32];
+        stamp_.assign(buf, std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S.", &tm));
     }
-    return out;
+    line_.assign(R"({"time":")");
+    line_ += stamp_;
+    const char millis[3] = {char('0' + ms % 1000 / 100), char('0' + ms % 100 / 10), char('0' + ms % 10)};
+    line_.append(millis, 3);
+    line_ += R"(Z","peer":)";
+    append_string(r.peer);
+    line_ += R"(,"method":)";
+    append_string(r.method);
+    line_ += R"(,"path":)";
+    append_string(r.path);
+    line_ += R"(,"route":)";
+    append_string(r.route);
+    line_ += R"(,"policy":)";
+    append_string(r.policy);
+    line_ += R"(,"decision":)";
+    append_string(r.decision);
+    line_ += R"(,"id_kind":)";
+    append_string(r.id_kind);
+    line_ += R"(,"id":)";
+    append_string(r.id);
+    line_ += R"(,"status":)";
+    append_number(r.status);
+    line_ += R"(,"bytes_in":)";
+    append_number(static_cast<std::int64_t>(r.bytes_in));
+    line_ += R"(,"bytes_out":)";
+    append_number(static_cast<std::int64_t>(r.bytes_out));
+    if (r.upstream_us >= 0) {
+        line_ += R"(,"upstream_us":)";
+        append_number(r.upstream_us);
+    }
+    line_ += R"(,"total_us":)";
+    append_number(r.total_us);
+    line_ += "}\n";
+
+    bool wake = false;
+    {
+        std::lock_guard lock(mu_);
+        if (pending_.size() + line_.size() > max_pending_bytes) {
+            log_.dropped_.fetch_add(1, std::memory_order_relaxed);
+            return;
+        }
+        pending_ += line_;
+        if (pending_.size() >= batch_bytes && !signalled_) wake = signalled_ = true;
+    }
+    if (wake) log_.wake();
+}
+
+access_log::access_log(std::string path, std::size_t workers, std::chrono::milliseconds flush_every)
+    : path_(std::move(path)), flush_every_(flush_every) {
+    open_file();
+    if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "cannot open " + path_);
+    for (std::size_t i = 0; i < workers; ++i) lanes_.push_back(std::unique_ptr<lane>(new lane(*this)));
+    writer_ = std::thread([this] { run(); });
 }
 
 access_log::~access_log() {
-    if (logger_) logger_->flush();
-    logger_.reset();  // before the pool, whose destructor drains the queue and joins its thread
+    {
+        std::lock_guard lock(mu_);
+        stopping_ = true;
+    }
+    cv_.notify_one();
+    writer_.join();
+    if (fd_ > STDERR_FILENO) ::close(fd_);
 }
 
-void access_log::write(const access_record& r) {
-    using namespace std::chrono;
-    boost::json::object o;
-    o["time"] = iso_time(system_clock::now());
-    o["peer"] = r.peer;
-    o["method"] = r.method;
-    o["path"] = r.path;
-    o["route"] = r.route;
-    o["policy"] = r.policy;
-    o["decision"] = r.decision;
-    o["id_kind"] = r.id_kind;
-    o["id"] = r.id;
-    o["status"] = r.status;
-    o["bytes_in"] = r.bytes_in;
-    o["bytes_out"] = r.bytes_out;
-    if (r.upstream_us >= 0) o["upstream_us"] = r.upstream_us;
-    o["total_us"] = r.total_us;
-    line_ = boost::json::serialize(o);
-    logger_->info(line_);
+void access_log::open_file() {
+    if (path_ == "-") {
+        fd_ = STDOUT_FILENO;
+        return;
+    }
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+}
+
+void access_log::reopen() {
+    reopen_.store(true, std::memory_order_relaxed);
+    wake();
+}
+
+void access_log::wake() {
+    {
+        std::lock_guard lock(mu_);
+        woken_ = true;
+    }
+    cv_.notify_one();
+}
+
+void access_log::run() {
+    std::string batch;
+    std::unique_lock lock(mu_);
+    for (;;) {
+        cv_.wait_for(lock, flush_every_, [this] { return woken_ || stopping_; });
+        woken_ = false;
+        const bool last = stopping_;
+        lock.unlock();
+        if (reopen_.exchange(false, std::memory_order_relaxed) && path_ != "-") {
+            const int old = fd_;
+            open_file();
+            if (fd_ < 0) {
+                spdlog::error("access log: cannot reopen {}: {}; still writing to the old file", path_,
+                              std::strerror(errno));
+                fd_ = old;
+            } else {
+                ::close(old);
+                spdlog::info("access log: reopened {}", path_);
+            }
+        }
+        for (auto& l : lanes_) {
+            {
+                std::lock_guard lane_lock(l->mu_);
+                batch.swap(l->pending_);
+                l->signalled_ = false;
+            }
+            write_out(batch);
+            batch.clear();
+        }
+        lock.lock();
+        if (last) return;
+    }
+}
+
+void access_log::write_out(std::string& lines) {
+    std::string_view rest = lines;
+    while (!rest.empty()) {
+        const auto n = ::write(fd_, rest.data(), rest.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            const auto lost = std::count(rest.begin(), rest.end(), '\n');
+            dropped_.fetch_add(static_cast<std::uint64_t>(lost), std::memory_order_relaxed);
+            if (!failing_) spdlog::error("access log: writing to {} failed: {}", path_, std::strerror(errno));
+            failing_ = true;
+            return;
+        }
+        rest.remove_prefix(static_cast<std::size_t>(n));
+    }
+    if (failing_ && !lines.empty()) spdlog::info("access log: writing to {} works again", path_);
+    failing_ = false;
 }
 
 }  // namespace sluice::server

@@ -1,22 +1,33 @@
-// The access log: one JSON line per request, written off the event loop.
+// The access log: one JSON line per request, written off the event loop in batches.
 //
-// Each worker has its own spdlog async logger, with its own queue and writer thread, so a
-// slow disk never stalls a request and no lock is shared between workers on the hot
-// path; the sink (file or stdout) is shared by the writer threads only. When a queue is
-// full the oldest lines are dropped rather than blocking the worker.
+// Each worker appends whole lines to a buffer of its own (its lane; the lane's lock is
+// shared only with the writer, once per batch). One writer thread takes every lane's
+// buffer at least once per `flush_every`, or sooner when one holds `batch_bytes`, and
+// writes it with one write() per lane, so the file only ever receives whole lines and a
+// request costs no system call and no thread wake-up. A slow disk never stalls a request:
+// past `max_pending_bytes` in one lane, lines are dropped and counted instead.
+//
+// Rotation: reopen() (SIGUSR1) makes the writer open the path again before its next
+// write. A line goes whole to the old file or to the new one, none is lost; once the new
+// file exists, every later line goes there.
 //
 // Privacy: the client's resolved address is a rate-limit identifier and appears only as
 // its keyed hash ("id"); "peer" is the TCP peer (the load balancer, behind one).
 //
-// Thread: write() from the owning worker's thread.
+// Thread: lane::write() from its worker's thread; reopen() and dropped() from any thread.
 #pragma once
 
-#include <spdlog/async_logger.h>
+#include <boost/json/serializer.hpp>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace sluice::server {
@@ -33,18 +44,59 @@ struct access_record {
 
 class access_log {
 public:
-    // One logger per worker, all on one sink. path: a file, "-" for stdout, "off" for none
-    // (then open() returns null). Throws spdlog::spdlog_ex if the file cannot be opened.
-    static std::vector<std::unique_ptr<access_log>> open(const std::string& path, std::size_t workers);
-    void write(const access_record& r);
+    static constexpr std::size_t batch_bytes = 64 * 1024;
+    static constexpr std::size_t max_pending_bytes = 8 * 1024 * 1024;
+
+    class lane {
+    public:
+        void write(const access_record& r);
+
+    private:
+        friend class access_log;
+        explicit lane(access_log& log) : log_(log) {}
+        access_log& log_;
+        std::mutex mu_;
+        std::string pending_;     // whole lines not yet written (guarded by mu_)
+        bool signalled_ = false;  // the writer was woken for this batch (guarded by mu_)
+        void append_string(std::string_view s);
+        void append_number(std::int64_t n);
+
+        boost::json::serializer json_;  // escapes the strings (worker thread only)
+        std::string line_;              // the line being formatted (worker thread only)
+        std::int64_t second_ = -1;      // the second `stamp_` holds (worker thread only)
+        std::string stamp_;             // "2026-11-22T17:55:41." for second_
+    };
+
+    // path: a file, appended to and created if missing, or "-" for stdout. Throws
+    // std::system_error naming the path when the file cannot be opened.
+    access_log(std::string path, std::size_t workers, std::chrono::milliseconds flush_every = std::chrono::seconds(1));
+    // Writes every line still buffered.
     ~access_log();
+    access_log(const access_log&) = delete;
+    access_log& operator=(const access_log&) = delete;
+
+    lane& lane_of(std::size_t worker) { return *lanes_[worker]; }
+    void reopen();
+    // Lines lost: dropped while the writer fell behind, or in a write() that failed.
+    std::uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
 
 private:
-    access_log(std::shared_ptr<spdlog::details::thread_pool> pool, std::shared_ptr<spdlog::logger> l)
-        : pool_(std::move(pool)), logger_(std::move(l)) {}
-    std::shared_ptr<spdlog::details::thread_pool> pool_;  // the async logger only holds a weak_ptr
-    std::shared_ptr<spdlog::logger> logger_;
-    std::string line_;
+    void wake();
+    void run();
+    void write_out(std::string& lines);
+    void open_file();
+
+    const std::string path_;
+    const std::chrono::milliseconds flush_every_;
+    int fd_ = -1;
+    std::vector<std::unique_ptr<lane>> lanes_;
+    std::atomic<std::uint64_t> dropped_{0};
+    std::atomic<bool> reopen_{false};
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool woken_ = false, stopping_ = false;  // guarded by mu_
+    bool failing_ = false;                   // writer thread only: a write failed, reported once
+    std::thread writer_;
 };
 
 }  // namespace sluice::server

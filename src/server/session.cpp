@@ -1,7 +1,6 @@
 #include "server/session.hpp"
 
 #include "http/async.hpp"
-#include "server/access_log.hpp"
 
 #include <boost/beast/http/error.hpp>
 

@@ -11,6 +11,7 @@
 #include "limit/store.hpp"
 #include "metrics/metrics.hpp"
 #include "proxy/pool.hpp"
+#include "server/access_log.hpp"
 #include "server/snapshot.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -36,7 +37,7 @@ struct worker {
     metrics::shard& metrics;
     limit::store& store;
     identity::hasher hasher;
-    class access_log* access = nullptr;  // null: access log off
+    access_log::lane* access = nullptr;  // null: access log off
     std::vector<boost::asio::ip::tcp::endpoint> upstream_endpoints;
     // Client connections open in every worker, against server.max_connections: one count
     // for all (the kernel spreads connections unevenly, so a per-worker share refuses early).

@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -164,4 +166,53 @@ TEST_CASE("access log: one JSON line per request, identifiers hashed") {
     auto text = read_file(log_path);
     CHECK(text.find("very-secret-key") == std::string::npos);
     CHECK(text.find("hidden") == std::string::npos);
+}
+
+namespace {
+
+// The lines of an access log file; `cut` counts those that are not a whole JSON object.
+std::size_t json_lines(const std::string& path, std::size_t& cut) {
+    std::istringstream in(read_file(path));
+    std::size_t n = 0;
+    for (std::string line; std::getline(in, line); ++n) {
+        boost::system::error_code ec;
+        if (auto v = boost::json::parse(line, ec); ec || !v.is_object()) ++cut;
+    }
+    return n;
+}
+
+}  // namespace
+
+TEST_CASE("access log: rotated by mv then SIGUSR1, no line lost or cut") {
+    auto up = start_upstream();
+    auto dir = make_temp_dir();
+    const std::string log_path = dir + "/access.log", rotated = dir + "/access.log.1";
+    auto gw =
+        start_gateway(gateway_yaml(up->port, {{"log.access.path", "\"" + log_path + "\""}, {"server.threads", "2"}}));
+    constexpr int before = 200, after = 100;
+    auto send = [&](int n) {
+        std::vector<std::thread> clients;
+        for (int c = 0; c < 4; ++c)
+            clients.emplace_back([&] {
+                for (int i = 0; i < n / 4; ++i) CHECK(fetch(gw->port, "GET", "/r").status == 200);
+            });
+        for (auto& t : clients) t.join();
+    };
+    send(before);
+    // Moved while lines may still be buffered: those go to whichever file is open when written.
+    REQUIRE(std::rename(log_path.c_str(), rotated.c_str()) == 0);
+    gw->proc->signal(SIGUSR1);
+    REQUIRE(eventually([&] { return std::filesystem::exists(log_path); }));
+    send(after);
+    std::size_t old_lines = 0, new_lines = 0, cut = 0;
+    CHECK(eventually([&] {
+        cut = 0;
+        old_lines = json_lines(rotated, cut);
+        new_lines = json_lines(log_path, cut);
+        return old_lines + new_lines >= before + after;
+    }));
+    CHECK(cut == 0);
+    CHECK(old_lines + new_lines == before + after);
+    CHECK(new_lines >= after);  // every request after the reopen is in the new file
+    CHECK(gw->proc->running());
 }
