@@ -18,6 +18,10 @@ namespace {
 
 constexpr auto linger_time = std::chrono::seconds(2);
 constexpr std::size_t linger_bytes = 4 * 1024 * 1024;
+// Buffers a connection keeps between requests: enough for typical heads and answers, so
+// that the common request allocates nothing. A request that needed more gives it back
+// when it ends, so ten thousand idle keep-alive connections stay small.
+constexpr std::size_t kept_bytes = 16 * 1024;
 
 identity::address peer_address(const tcp::socket& s) {
     error_code ec;
@@ -100,6 +104,9 @@ awaitable<bool> session::serve_one() {
     const after next = co_await phases();
     end_request();
     if (next == after::linger) co_await linger();
+    if (in_.size() == 0 && in_.capacity() > kept_bytes) in_.shrink_to_fit();
+    if (out_.capacity() > kept_bytes) std::string().swap(out_);
+    if (req_.body.capacity() > kept_bytes) std::string().swap(req_.body);
     co_return next == after::keep_alive && !w_.draining;
 }
 
@@ -158,7 +165,7 @@ awaitable<session::head_status> session::read_head() {
                 co_return head_status::failed;
             }
         }
-        auto [ec, n] = co_await client_.async_read_some(in_.prepare(proxy::piece_size), http::use_tuple);
+        auto [ec, n] = co_await client_.async_read_some(in_.prepare(kept_bytes), http::use_tuple);
         in_.commit(n);
         if (ec) {
             if (!got_some || !proxy::relay::is_timeout(relay_.timed(ec))) co_return head_status::closed;
