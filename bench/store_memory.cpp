@@ -35,6 +35,7 @@ namespace {
 using sluice::config::algorithm;
 using sluice::config::duration;
 using sluice::config::tier_config;
+namespace config = sluice::config;
 namespace limit = sluice::limit;
 
 struct spec {
@@ -68,10 +69,10 @@ limit::tier make_tier(const spec& s) {
     c.algo = s.algo;
     c.precision = duration{s.algo == algorithm::fixed || s.algo == algorithm::sliding ? s.precision_ms : 0};
     c.burst = s.burst;
-    c.id = std::string("bench/ip/") + std::string(config::to_string(s.algo)) + "/" + std::to_string(s.per_ms) + "ms/" +
-           std::to_string(s.algo == algorithm::gcra ? s.burst : s.precision_ms) + "/" + std::to_string(s.limit);
-    c.name = "ip-" + std::to_string(s.per_ms) + "ms";
-    return limit::tier::from(c);
+    std::string id =
+        std::string("bench/ip/") + std::string(config::to_string(s.algo)) + "/" + std::to_string(s.per_ms) + "ms/" +
+        std::to_string(s.algo == algorithm::gcra ? s.burst : s.precision_ms) + "/" + std::to_string(s.limit);
+    return limit::tier::from(c, id, "ip-" + std::to_string(s.per_ms) + "ms");
 }
 
 std::size_t heap_in_use() { return mallinfo2().uordblks; }
