@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     // Until the gateway installs its reload handler, a SIGHUP (a deploy script reloading a
     // moment too early) must not kill the process: there is nothing to reload yet.
     std::signal(SIGHUP, SIG_IGN);
+    std::signal(SIGUSR1, SIG_IGN);  // likewise a log rotation's SIGUSR1
     std::signal(SIGPIPE, SIG_IGN);
     po::options_description opts("Usage: sluice --config FILE [options]\n\nOptions");
     opts.add_options()("config,c", po::value<std::string>()->value_name("FILE"), "configuration file (YAML)")(

@@ -237,7 +237,6 @@ void gateway::drain(int sig) {
     spdlog::info("signal {}: draining for up to {} ms", sig, cfg_->server.drain_timeout.count());
     admin_->stop();
     reload_signal_.cancel();
-    reopen_signal_.cancel();
     collect_timer_.cancel();
     auto accepting = std::make_shared<std::size_t>(workers_.size());
     for (auto& w : workers_)
@@ -334,6 +333,9 @@ int gateway::run() {
     fallback_.clear();
     redis_.clear();
     workers_.clear();  // their io_contexts, with any handler still parked in a store, go first
+    // The last lines written while the signal sets still hold SIGUSR1 (a rotation now must
+    // not take the default action and kill the process with lines still buffered).
+    access_log_.reset();
     spdlog::info("stopped");
     return 0;
 }

@@ -87,8 +87,13 @@ access_log::access_log(std::string path, std::size_t workers, std::chrono::milli
     : path_(std::move(path)), flush_every_(flush_every) {
     open_file();
     if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "cannot open " + path_);
-    for (std::size_t i = 0; i < workers; ++i) lanes_.push_back(std::unique_ptr<lane>(new lane(*this)));
-    writer_ = std::thread([this] { run(); });
+    try {
+        for (std::size_t i = 0; i < workers; ++i) lanes_.push_back(std::unique_ptr<lane>(new lane(*this)));
+        writer_ = std::thread([this] { run(); });
+    } catch (...) {
+        if (fd_ > STDERR_FILENO) ::close(fd_);
+        throw;
+    }
 }
 
 access_log::~access_log() {
@@ -157,6 +162,7 @@ void access_log::run() {
 }
 
 void access_log::write_out(std::string& lines) {
+    if (cut_ && !lines.empty()) lines.insert(lines.begin(), '\n');  // end the line a failed write cut
     std::string_view rest = lines;
     while (!rest.empty()) {
         const auto n = ::write(fd_, rest.data(), rest.size());
@@ -166,12 +172,13 @@ void access_log::write_out(std::string& lines) {
             dropped_.fetch_add(static_cast<std::uint64_t>(lost), std::memory_order_relaxed);
             if (!failing_) spdlog::error("access log: writing to {} failed: {}", path_, std::strerror(errno));
             failing_ = true;
+            if (rest.size() != lines.size()) cut_ = rest.data()[-1] != '\n';
             return;
         }
         rest.remove_prefix(static_cast<std::size_t>(n));
     }
     if (failing_ && !lines.empty()) spdlog::info("access log: writing to {} works again", path_);
-    failing_ = false;
+    failing_ = cut_ = false;
 }
 
 }  // namespace sluice::server

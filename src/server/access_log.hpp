@@ -96,6 +96,7 @@ private:
     std::condition_variable cv_;
     bool woken_ = false, stopping_ = false;  // guarded by mu_
     bool failing_ = false;                   // writer thread only: a write failed, reported once
+    bool cut_ = false;                       // writer thread only: that write ended mid-line
     std::thread writer_;
 };
 

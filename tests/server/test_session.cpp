@@ -174,7 +174,7 @@ TEST_CASE("session: a head that stops coming gets 408 after server.header_timeou
         auto r = co_await ask(c, "GET /x HTTP/1.1\r\nHost: a\r\n");
         CHECK(r.result_int() == 408);
         CHECK(code_of(r) == "request_timeout");
-        CHECK(sluice::http::clock::now() - start >= std::chrono::milliseconds(300));
+        CHECK(sluice::http::clock::now() - start >= std::chrono::milliseconds(250));  // the timer may start first
         CHECK(co_await closed_by_gateway(c));
     });
 }
