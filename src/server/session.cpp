@@ -18,9 +18,9 @@ namespace {
 
 constexpr auto linger_time = std::chrono::seconds(2);
 constexpr std::size_t linger_bytes = 4 * 1024 * 1024;
-// Buffers a connection keeps between requests: enough for typical heads and answers, so
-// that the common request allocates nothing. A request that needed more gives it back
-// when it ends, so ten thousand idle keep-alive connections stay small.
+// Buffers a connection keeps between requests (the read buffer excepted: read_head frees
+// it while it waits): enough for typical answers, so that the common request allocates
+// nothing. A request that needed more gives it back when it ends.
 constexpr std::size_t kept_bytes = 16 * 1024;
 
 identity::address peer_address(const tcp::socket& s) {
@@ -104,7 +104,6 @@ awaitable<bool> session::serve_one() {
     const after next = co_await phases();
     end_request();
     if (next == after::linger) co_await linger();
-    if (in_.size() == 0 && in_.capacity() > kept_bytes) in_.shrink_to_fit();
     if (out_.capacity() > kept_bytes) std::string().swap(out_);
     if (req_.body.capacity() > kept_bytes) std::string().swap(req_.body);
     co_return next == after::keep_alive && !w_.draining;
@@ -154,6 +153,14 @@ awaitable<session::head_status> session::read_head() {
     bool header_armed = got_some || first_;
     track_.idle = !got_some;
     track_.arm(header_armed ? cfg_->server.header_timeout : cfg_->server.idle_timeout);
+    if (!got_some) {
+        // Wait for the request's first byte holding no read buffer: an idle keep-alive
+        // connection then costs its coroutine frames only. (Asio re-arms the descriptor
+        // for the wait, so bytes that came before it are not missed.)
+        in_.shrink_to_fit();
+        auto [ec] = co_await client_.async_wait(tcp::socket::wait_read, http::use_tuple);
+        if (ec) co_return head_status::closed;
+    }
     for (;;) {
         if (in_.size() > 0) {
             req_.open = true;
