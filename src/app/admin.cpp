@@ -1,6 +1,7 @@
 #include "app/admin.hpp"
 
 #include "http/async.hpp"
+#include "identity/hasher.hpp"
 
 #include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
@@ -11,6 +12,9 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/json.hpp>
+#include <boost/url/parse_query.hpp>
+
+#include <charconv>
 
 namespace sluice::app {
 
@@ -27,7 +31,43 @@ struct admin_hooks {
     const metrics::registry& metrics;
     std::function<readiness()> ready;
     std::function<app::reload_result()> reload;
+    std::function<std::vector<limit::offender>()> offenders;
 };
+
+constexpr std::size_t max_top = 1000;
+
+// GET /top?n=N: the N identities refused most in the last minute. False for a bad query.
+bool top_body(std::string_view query, const admin_hooks& hooks, std::string& body) {
+    std::size_t n = 20;
+    if (!query.empty()) {
+        auto params = boost::urls::parse_query(query);
+        if (!params) return false;
+        for (const auto& param : *params) {
+            if (param.key != "n") return false;
+            const std::string_view v(param.value.data(), param.value.size());  // digits need no decoding
+            auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+            if (ec != std::errc() || end != v.data() + v.size() || n < 1 || n > max_top) return false;
+        }
+    }
+    auto all = limit::offenders::merge(hooks.offenders());
+    boost::json::object o;
+    o["window_seconds"] = limit::offenders::window_s;
+    o["limited_identities"] = all.size();
+    boost::json::array list;
+    for (const auto& e : limit::offenders::top(std::move(all), n)) {
+        boost::json::object item;
+        item["identity"] = e.label;
+        item["kind"] = e.kind == 'u' ? "user" : "ip";
+        item["id"] = identity::hasher::to_hex(e.id);
+        item["policy"] = e.policy;
+        item["refusals"] = e.refusals;
+        item["overcount"] = e.overcount;
+        list.push_back(std::move(item));
+    }
+    o["offenders"] = std::move(list);
+    body = boost::json::serialize(o);
+    return true;
+}
 
 std::string reload_body(const app::reload_result& r) {
     boost::json::object o;
@@ -78,9 +118,16 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
     } else if (path == "/metrics") {
         res.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
         res.body() = metrics.scrape();
+    } else if (path == "/top") {
+        const auto q = target.find('?');
+        const std::string_view query = q == target.npos ? std::string_view() : std::string_view(target.substr(q + 1));
+        if (!top_body(query, hooks, res.body())) {
+            res.result(bhttp::status::bad_request);
+            res.body() = R"({"error":"bad_request","message":"the only parameter is n, an integer from 1 to 1000"})";
+        }
     } else {
         res.result(bhttp::status::not_found);
-        res.body() = R"({"error":"not_found","message":"try /healthz, /readyz or /metrics"})";
+        res.body() = R"({"error":"not_found","message":"try /healthz, /readyz, /metrics or /top"})";
     }
     res.keep_alive(req.keep_alive());
     res.prepare_payload();
@@ -128,12 +175,13 @@ asio::awaitable<void> serve_admin(tcp::socket socket, admin_hooks hooks, admin_l
 
 admin_server::admin_server(asio::io_context& ioc, tcp::endpoint listen, const metrics::registry& metrics,
                            std::function<readiness()> ready, std::function<app::reload_result()> reload,
-                           admin_limits limits)
+                           std::function<std::vector<limit::offender>()> offenders, admin_limits limits)
     : ioc_(ioc),
       acceptor_(ioc),
       metrics_(metrics),
       ready_(std::move(ready)),
       reload_(std::move(reload)),
+      offenders_(std::move(offenders)),
       limits_(limits) {
     acceptor_.open(listen.protocol());
     acceptor_.set_option(asio::socket_base::reuse_address(true));
@@ -156,11 +204,12 @@ void admin_server::start() {
                 }
                 if (open_ >= limits_.max_connections) continue;  // the socket closes as it goes out of scope
                 ++open_;
-                asio::co_spawn(ioc_, serve_admin(std::move(socket), admin_hooks{metrics_, ready_, reload_}, limits_),
-                               [this](std::exception_ptr e) {
-                                   --open_;
-                                   if (e) spdlog::warn("admin connection ended by an exception");
-                               });
+                asio::co_spawn(
+                    ioc_, serve_admin(std::move(socket), admin_hooks{metrics_, ready_, reload_, offenders_}, limits_),
+                    [this](std::exception_ptr e) {
+                        --open_;
+                        if (e) spdlog::warn("admin connection ended by an exception");
+                    });
             }
         },
         [](std::exception_ptr e) {

@@ -1,9 +1,11 @@
-// The admin listener: /healthz, /readyz and /metrics, on its own address and thread.
+// The admin listener: /healthz, /readyz, /metrics, POST /reload and GET /top, on its own
+// address and thread.
 //
 // Thread: runs on the io_context it is given (the app's main thread).
 #pragma once
 
 #include "app/reload.hpp"
+#include "limit/offenders.hpp"
 #include "metrics/metrics.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -11,6 +13,7 @@
 
 #include <chrono>
 #include <functional>
+#include <vector>
 
 namespace sluice::app {
 
@@ -27,8 +30,10 @@ struct admin_limits {
 class admin_server {
 public:
     // `reload` re-reads the config file (POST /reload); it runs on this io_context's thread.
+    // `offenders` gathers every worker's refusals of the last minute (GET /top).
     admin_server(boost::asio::io_context& ioc, boost::asio::ip::tcp::endpoint listen, const metrics::registry& metrics,
-                 std::function<readiness()> ready, std::function<app::reload_result()> reload, admin_limits limits);
+                 std::function<readiness()> ready, std::function<app::reload_result()> reload,
+                 std::function<std::vector<limit::offender>()> offenders, admin_limits limits);
     boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
     void start();
     void stop();
@@ -39,6 +44,7 @@ private:
     const metrics::registry& metrics_;
     std::function<readiness()> ready_;
     std::function<app::reload_result()> reload_;
+    std::function<std::vector<limit::offender>()> offenders_;
     admin_limits limits_;
     std::size_t open_ = 0;
 };

@@ -85,6 +85,7 @@ private:
     bool start_store();
     limit::store& store_for(std::size_t worker);
     readiness store_readiness() const;
+    std::vector<limit::offender> offenders() const;
     void add_redis_metrics();
 
     std::unique_ptr<store::memory_store> memory_;                   // store.type memory, or on_error local: shared
@@ -163,6 +164,15 @@ readiness gateway::store_readiness() const {
     return connected ? readiness::ready : readiness::not_ready;
 }
 
+// Every worker's refusals of the last minute (not merged).
+std::vector<limit::offender> gateway::offenders() const {
+    const auto now =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
+    std::vector<limit::offender> all;
+    for (const auto& w : workers_) w->refusals.collect(now.count(), all);
+    return all;
+}
+
 void gateway::add_redis_metrics() {
     std::vector<const metrics::redis_counters*> counters;
     for (const auto& r : redis_) counters.push_back(&r->counters());
@@ -216,7 +226,12 @@ bool gateway::start() {
         }
         admin_ = std::make_unique<admin_server>(
             main_ioc_, endpoint_of(cfg_->admin.listen), metrics_, [this] { return store_readiness(); },
-            [this] { return reload(); }, admin_limits{cfg_->server.header_timeout, cfg_->server.idle_timeout, 64});
+            [this] { return reload(); }, [this] { return offenders(); },
+            admin_limits{cfg_->server.header_timeout, cfg_->server.idle_timeout, 64});
+        metrics_.add_gauge("sluice_limited_identities",
+                           "Distinct identities (per policy) refused at least once in the last minute, as GET /top "
+                           "counts them.",
+                           [this] { return static_cast<double>(limit::offenders::merge(offenders()).size()); });
     } catch (const boost::system::system_error& e) {
         spdlog::error("cannot listen: {}", e.what());
         return false;

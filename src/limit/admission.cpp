@@ -75,9 +75,33 @@ void admission::conclude(const admission_context& ctx, const policy& p, const ch
         out.decision = "limited";
         out.what = outcome::kind::limited;
         out.retry_after_s = retry_after_seconds(d);
+        if (ctx.refusals) record_refusal(ctx, p, d);
     }
     // A shadow policy stays invisible to clients.
     if (!p.shadow) append_rate_limit_fields(out.fields, d, ctx.headers);
+}
+
+// The identifier whose tier refused (the user when both did), named as the operator knows
+// it: the address (IPv6 as limited, to its prefix) or the user. An API key is a
+// credential: only its last four characters are shown.
+void admission::record_refusal(const admission_context& ctx, const policy& p, const decision& d) {
+    std::size_t refusing = request_.keys.size();
+    for (const tier_result& t : d.tiers) {
+        if (!t.admitted && (refusing == request_.keys.size() || t.key_index > refusing)) refusing = t.key_index;
+    }
+    if (refusing >= request_.keys.size()) return;
+    const store_key& k = request_.keys[refusing];
+    std::string label;
+    if (k.kind == 'i') {
+        label = identity::ip_identifier(cached_client_, ctx.clients.cfg.ipv6_prefix);
+    } else if (std::string_view user = cached_user_; user.starts_with("key:")) {
+        label = user.size() >= 12 ? "key:…" + std::string(user.substr(user.size() - 4)) : "key:…";
+    } else {
+        label = cached_user_;
+    }
+    const auto now =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
+    ctx.refusals->refused(now.count(), p.metric_slot, p.name, k.kind, k.id, label);
 }
 
 }  // namespace sluice::limit

@@ -9,6 +9,7 @@
 
 #include "identity/caller.hpp"
 #include "identity/hasher.hpp"
+#include "limit/offenders.hpp"
 #include "limit/policy.hpp"
 #include "limit/store.hpp"
 #include "metrics/metrics.hpp"
@@ -46,6 +47,7 @@ struct admission_context {
     std::uint64_t generation;  // changes with the snapshot: cached hashes are dropped
     config::store_config::failure_mode on_error;
     config::response_config::header_style headers;
+    offenders* refusals = nullptr;  // who is being limited (GET /top); null: not recorded
 };
 
 class admission {
@@ -60,6 +62,8 @@ public:
                   outcome& out);
 
 private:
+    void record_refusal(const admission_context& ctx, const policy& p, const decision& d);
+
     std::array<store_key, 2> keys_;
     check_request request_;
     // The last identifiers hashed on this connection, and the snapshot they were hashed for.

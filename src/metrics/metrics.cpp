@@ -147,6 +147,17 @@ void registry::add_fallback(std::vector<const fallback_counters*> stores, std::f
     collectors_.push_back(std::move(collect));
 }
 
+void registry::add_gauge(std::string name, std::string help, std::function<double()> value) {
+    auto collect = [name = std::move(name), help = std::move(help), value = std::move(value)] {
+        std::vector<prometheus::MetricFamily> out(1);
+        out[0] = {name, help, MetricType::Gauge, {}};
+        out[0].metric.emplace_back().gauge.value = value();
+        return out;
+    };
+    std::lock_guard lock(names_mu_);
+    collectors_.push_back(std::move(collect));
+}
+
 void registry::add_access_log(std::function<std::uint64_t()> dropped) {
     auto collect = [dropped = std::move(dropped)] {
         std::vector<prometheus::MetricFamily> out(1);

@@ -130,6 +130,8 @@ public:
     // sluice_store_degraded (whether `degraded()`) and sluice_store_local_decisions_total over
     // every worker's fallback counters (store.on_error local). Once, at start.
     void add_fallback(std::vector<const fallback_counters*> stores, std::function<bool()> degraded);
+    // A gauge read at scrape time. Once per name, at start.
+    void add_gauge(std::string name, std::string help, std::function<double()> value);
     // sluice_access_log_dropped_total: access log lines lost. Once, at start.
     void add_access_log(std::function<std::uint64_t()> dropped);
     // Counts a configuration reload (SIGHUP or POST /reload) by its result.

@@ -207,8 +207,8 @@ std::optional<http::failure> session::check_head() {
 awaitable<void> session::check_limits() {
     const auto* r = req_.route;
     if (!r || !r->limits) co_return;
-    const limit::admission_context ctx{snap_->clients, w_.hasher, snap_->generation, cfg_->store.on_error,
-                                       cfg_->response.headers};
+    const limit::admission_context ctx{snap_->clients,         w_.hasher,   snap_->generation, cfg_->store.on_error,
+                                       cfg_->response.headers, &w_.refusals};
     if (!admission_.prepare(ctx, *r->limits, r->cost, req_.who, head_, req_.outcome)) co_return;
     const auto asked = clock::now();
     auto result = w_.store.try_check(admission_.request());

@@ -8,6 +8,7 @@
 #include "config/config.hpp"
 #include "http/connection_set.hpp"
 #include "identity/hasher.hpp"
+#include "limit/offenders.hpp"
 #include "limit/store.hpp"
 #include "metrics/metrics.hpp"
 #include "proxy/pool.hpp"
@@ -37,6 +38,7 @@ struct worker {
     metrics::shard& metrics;
     limit::store& store;
     identity::hasher hasher;
+    limit::offenders refusals;           // who this worker refused lately (GET /top)
     access_log::lane* access = nullptr;  // null: access log off
     std::vector<boost::asio::ip::tcp::endpoint> upstream_endpoints;
     // Client connections open in every worker, against server.max_connections: one count

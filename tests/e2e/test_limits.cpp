@@ -3,7 +3,10 @@
 
 #include <jwt.h>
 
+#include <boost/json/parse.hpp>
+
 #include <atomic>
+#include <regex>
 #include <thread>
 
 using namespace sluice::test;
@@ -225,4 +228,88 @@ routes:
     auto forged = f.get("/", {{"Authorization", "Bearer " + hs256_token("not-the-secret", "alice", 600)}});
     CHECK(forged.status == 401);
     CHECK(metric_value(f.metrics(), "sluice_unauthorized_total") == 2);
+}
+
+namespace {
+
+// GET /top's entries as (identity, refusals), most first.
+std::vector<std::pair<std::string, std::int64_t>> top_of(const std::string& body) {
+    std::vector<std::pair<std::string, std::int64_t>> out;
+    const auto doc = boost::json::parse(body);
+    for (const auto& e : doc.at("offenders").as_array()) {
+        out.emplace_back(std::string(e.at("identity").as_string()), e.at("refusals").to_number<std::int64_t>());
+    }
+    return out;
+}
+
+// Three clients behind a trusted proxy refused 5, 2 and 0 times; then the same of one user.
+void check_top(limited_fixture& f) {
+    const auto as = [](const char* ip) { return header_list{{"X-Forwarded-For", ip}}; };
+    for (int i = 0; i < 6; ++i) f.get("/", as("198.51.100.1"));
+    for (int i = 0; i < 3; ++i) f.get("/", as("198.51.100.2"));
+    CHECK(f.get("/", as("198.51.100.3")).status == 200);
+    auto r = fetch(f.gw->admin_port, "GET", "/top?n=5");
+    REQUIRE(r.status == 200);
+    using entries = std::vector<std::pair<std::string, std::int64_t>>;
+    CHECK(top_of(r.body) == entries{{"198.51.100.1", 5}, {"198.51.100.2", 2}});
+    const auto doc = boost::json::parse(r.body).as_object();
+    CHECK(doc.at("window_seconds").to_number<int>() == 60);
+    const auto& first = doc.at("offenders").as_array().at(0).as_object();
+    CHECK(first.at("kind").as_string() == "ip");
+    CHECK(first.at("policy").as_string() == "p");
+    CHECK(std::regex_match(std::string(first.at("id").as_string()), std::regex("[0-9a-f]{32}")));
+    CHECK(top_of(fetch(f.gw->admin_port, "GET", "/top?n=1").body) == entries{{"198.51.100.1", 5}});
+    CHECK(metric_value(f.metrics(), "sluice_limited_identities") == 2);
+
+    // A user named by an API key (the user is named when both of its tiers refuse): the key
+    // is a credential, only its last four characters show.
+    for (int i = 0; i < 4; ++i)
+        f.get("/", {{"X-API-Key", "customer-secret-9f3a"}, {"X-Forwarded-For", "198.51.100.4"}});
+    r = fetch(f.gw->admin_port, "GET", "/top");
+    CHECK(r.body.find("customer-secret") == std::string::npos);
+    CHECK(top_of(r.body) == entries{{"198.51.100.1", 5}, {"key:…9f3a", 3}, {"198.51.100.2", 2}});
+
+    for (const char* bad : {"/top?n=0", "/top?n=1001", "/top?n=x", "/top?m=3", "/top?n=2&n="}) {
+        auto b = fetch(f.gw->admin_port, "GET", bad);
+        CHECK_MESSAGE(b.status == 400, bad);
+        CHECK(boost::json::parse(b.body).at("error").as_string() == "bad_request");
+    }
+}
+
+}  // namespace
+
+TEST_CASE("GET /top: the identities refused most in the last minute, on the memory store") {
+    limited_fixture f(R"(
+clients:
+  trusted_proxies: ["127.0.0.1/32"]
+  user: { api_key_header: X-API-Key }
+policies:
+  p:
+    ip: [ {limit: 1, per: 1h, precision: 6m} ]
+    user: [ {limit: 1, per: 1h, precision: 6m} ]
+routes:
+  - { match: { path_prefix: / }, policy: p }
+)");
+    check_top(f);
+}
+
+TEST_CASE("GET /top: the same on the Redis store (refusals from Redis and from the deny cache)") {
+    redis_server redis(unused_port());
+    limited_fixture f(R"(
+store:
+  type: redis
+  redis: { nodes: ["127.0.0.1:)" +
+                      std::to_string(redis.port) + R"("], timeout: 2s }
+clients:
+  trusted_proxies: ["127.0.0.1/32"]
+  user: { api_key_header: X-API-Key }
+policies:
+  p:
+    ip: [ {limit: 1, per: 1h, precision: 6m} ]
+    user: [ {limit: 1, per: 1h, precision: 6m} ]
+routes:
+  - { match: { path_prefix: / }, policy: p }
+)");
+    REQUIRE(eventually([&] { return fetch(f.gw->admin_port, "GET", "/readyz").status == 200; }));
+    check_top(f);
 }
