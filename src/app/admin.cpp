@@ -40,7 +40,10 @@ constexpr std::size_t max_top = 1000;
 bool top_body(std::string_view query, const admin_hooks& hooks, std::string& body) {
     std::size_t n = 20;
     if (!query.empty()) {
-        auto params = boost::urls::parse_query(query);
+        // A terminated copy: Boost.URL 1.81's parse_query reads its input up to a NUL (it
+        // rebuilds a string_view from the bare pointer).
+        const std::string terminated(query);
+        auto params = boost::urls::parse_query(terminated);
         if (!params) return false;
         for (const auto& param : *params) {
             if (param.key != "n") return false;

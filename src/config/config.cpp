@@ -65,6 +65,9 @@ constexpr std::string_view must_not_be_empty = "must not be empty";
 constexpr std::string_view listed_twice = "listed twice";
 constexpr std::string_view bad_env_name = "expected an environment variable name like SLUICE_HASH_SECRET";
 constexpr std::string_view bad_header_name = "expected a header name like X-API-Key";
+constexpr std::string_view bad_user_name = "expected a name of 1 to 128 letters, digits, '.', '_', '@' or '-'";
+constexpr std::string_view bad_plan_name = "expected a name of lower-case letters, digits, '_' or '-'";
+constexpr std::string_view api_keys_need_header = "needs clients.user.api_key_header (the header the key comes in)";
 constexpr std::string_view bad_key_prefix =
     "must not contain blanks or braces (braces mark the Redis Cluster hash tag)";
 constexpr std::string_view key_prefix_too_long = "must be at most 64 characters";
@@ -244,6 +247,12 @@ bool is_token(std::string_view s) {
 bool is_env_name(std::string_view s) {
     return !s.empty() && !(s[0] >= '0' && s[0] <= '9') &&
            std::all_of(s.begin(), s.end(), [](char c) { return is_ascii_alnum(c) || c == '_'; });
+}
+
+bool is_user_name(std::string_view s) {
+    return !s.empty() && s.size() <= 128 && std::all_of(s.begin(), s.end(), [](char c) {
+        return is_ascii_alnum(c) || c == '.' || c == '_' || c == '@' || c == '-';
+    });
 }
 
 bool is_policy_name(std::string_view s) {
@@ -680,12 +689,79 @@ jwt_config read_jwt(const node_ref& n) {
     return jwt;
 }
 
+std::string read_whole_file(const std::string& path);
+YAML::Node parse_document(const std::string& text, const std::string& name);
+
+std::array<std::uint8_t, 32> read_sha256(const node_ref& v) {
+    const std::string& s = v.scalar("64 hex digits (the SHA-256 of the key)");
+    std::array<std::uint8_t, 32> out{};
+    const auto digit = [](char c) {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+        return -1;
+    };
+    if (s.size() != 64)
+        v.fail("expected 64 hex digits (the SHA-256 of the key), got " + std::to_string(s.size()) + " characters");
+    for (std::size_t i = 0; i < 32; ++i) {
+        const int hi = digit(s[2 * i]), lo = digit(s[2 * i + 1]);
+        if (hi < 0 || lo < 0) v.fail("expected 64 hex digits (the SHA-256 of the key)");
+        out[i] = static_cast<std::uint8_t>(hi * 16 + lo);
+    }
+    return out;
+}
+
+// The registry file: a list of { sha256, user, plan }. Its errors name its own file.
+std::vector<api_key_entry> read_key_file(const std::string& path) {
+    const YAML::Node doc = parse_document(read_whole_file(path), path);
+    const node_ref root(doc, path);
+    std::vector<api_key_entry> keys;
+    if (root.is_null()) return keys;
+    schema::read_sequence(root, [&](const node_ref& item) {
+        api_key_entry e;
+        read_mapping(item,
+                     {
+                         {"sha256", [&](const node_ref& v) { e.sha256 = read_sha256(v); }, presence::required},
+                         {"user", [&](const node_ref& v) { e.user = read_checked(v, is_user_name, bad_user_name); },
+                          presence::required},
+                         {"plan", [&](const node_ref& v) { e.plan = read_checked(v, is_policy_name, bad_plan_name); }},
+                     });
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+            if (keys[i].sha256 == e.sha256) item.fail("the same key as entry " + std::to_string(i));
+        }
+        keys.push_back(std::move(e));
+    });
+    return keys;
+}
+
+api_keys_config read_api_keys(const node_ref& n) {
+    api_keys_config out;
+    read_mapping(n, {
+                        {"file", [&](const node_ref& v) { out.file = read_string(v); }, presence::required},
+                        {"require_known", [&](const node_ref& v) { out.require_known = schema::read_bool(v); }},
+                    });
+    std::filesystem::path path(out.file);
+    if (path.is_relative()) path = std::filesystem::path(n.source()).parent_path() / path;
+    try {
+        out.keys = read_key_file(path.string());
+    } catch (const config_error& e) {
+        // The file's own errors name it; one that cannot be read is named here, at `file`.
+        if (std::string_view(e.what()).starts_with(path.string() + ": cannot read")) {
+            n.fail_at(n.mark(), n.path_of("file"), e.what());
+        }
+        throw;
+    }
+    return out;
+}
+
 void read_user(const node_ref& n, clients_config& out) {
     read_mapping(n, {
                         {"api_key_header",
                          [&](const node_ref& v) { out.api_key_header = read_checked(v, is_token, bad_header_name); }},
                         {"jwt", [&](const node_ref& v) { out.jwt = read_jwt(v); }},
+                        {"api_keys", [&](const node_ref& v) { out.api_keys = read_api_keys(v); }},
                     });
+    if (out.api_keys && out.api_key_header.empty()) n.fail_at(n.mark(), n.path_of("api_keys"), api_keys_need_header);
 }
 
 void read_clients(const node_ref& n, clients_config& out) {

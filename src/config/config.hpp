@@ -7,6 +7,7 @@
 
 #include <boost/asio/ip/address.hpp>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -151,14 +152,35 @@ struct jwt_config {
     bool operator==(const jwt_config&) const = default;
 };
 
+// One key of the registry: who a key belongs to, by the SHA-256 of the key (no key is
+// stored in clear).
+struct api_key_entry {
+    std::array<std::uint8_t, 32> sha256{};
+    std::string user;  // the registry name: every key of one user shares its budget
+    std::string plan;  // "" = none
+
+    bool operator==(const api_key_entry&) const = default;
+};
+
+// clients.user.api_keys: the registry, read from `file` (relative to the config file's
+// directory) whenever the config is loaded, so a reload re-reads it.
+struct api_keys_config {
+    std::string file;            // as written in the config
+    bool require_known = false;  // a request without a key of the registry is answered 401
+    std::vector<api_key_entry> keys;
+
+    bool operator==(const api_keys_config&) const = default;
+};
+
 struct clients_config {
     enum class forwarded_kind { x_forwarded_for, forwarded, none };
     std::vector<cidr> trusted_proxies;  // clients.trusted_proxies
     forwarded_kind forwarded_header = forwarded_kind::x_forwarded_for;
-    unsigned ipv6_prefix = 64;      // 1..128
-    std::string api_key_header;     // clients.user.api_key_header ("" = none)
-    std::optional<jwt_config> jwt;  // clients.user.jwt
-    std::vector<cidr> allow;        // clients.allow: bypass every limit
+    unsigned ipv6_prefix = 64;                // 1..128
+    std::string api_key_header;               // clients.user.api_key_header ("" = none)
+    std::optional<jwt_config> jwt;            // clients.user.jwt
+    std::optional<api_keys_config> api_keys;  // clients.user.api_keys
+    std::vector<cidr> allow;                  // clients.allow: bypass every limit
 
     bool operator==(const clients_config&) const = default;
 };

@@ -33,6 +33,7 @@ public:
     node_ref(const YAML::Node& root, const std::string& source);
 
     const YAML::Node& node() const { return node_; }
+    const std::string& source() const { return *source_; }
     const std::string& path() const { return path_; }
     bool is_null() const { return node_.IsNull(); }
 

@@ -1,6 +1,30 @@
 #include "identity/user.hpp"
 
+#include <openssl/evp.h>
+
+#include <cstring>
+
 namespace sluice::identity {
+
+namespace {
+
+constexpr const char* unknown_key = "unknown API key";
+constexpr const char* missing_key = "an API key is required";
+
+std::array<std::uint8_t, 32> sha256_of(std::string_view s) {
+    std::array<std::uint8_t, 32> d{};
+    unsigned int n = 0;
+    EVP_Digest(s.data(), s.size(), d.data(), &n, EVP_sha256(), nullptr);
+    return d;
+}
+
+}  // namespace
+
+std::size_t user_resolver::sha256_hash::operator()(const std::array<std::uint8_t, 32>& d) const {
+    std::size_t h;
+    std::memcpy(&h, d.data(), sizeof h);
+    return h;
+}
 
 user_resolver::user_resolver(const config::clients_config& c, const std::function<const char*(const char*)>& getenv)
     : api_key_header_(c.api_key_header) {
@@ -8,12 +32,30 @@ user_resolver::user_resolver(const config::clients_config& c, const std::functio
         jwt_header_ = c.jwt->header;
         jwt_.emplace(*c.jwt, getenv);
     }
+    if (c.api_keys) {
+        require_known_ = c.api_keys->require_known;
+        for (const auto& e : c.api_keys->keys) registry_.emplace(e.sha256, e);
+    }
 }
 
 user_result user_resolver::resolve(std::string_view api_key_value, std::optional<std::string_view> jwt_header_value,
                                    std::int64_t now_unix_seconds) const {
     user_result r;
     if (!api_key_header_.empty() && !api_key_value.empty()) {
+        if (!registry_.empty() || require_known_) {
+            if (auto it = registry_.find(sha256_of(api_key_value)); it != registry_.end()) {
+                r.status = user_result::status::ok;
+                r.id.reserve(5 + it->second.user.size());
+                r.id.append("user:").append(it->second.user);
+                r.plan = it->second.plan;
+                return r;
+            }
+            if (require_known_) {
+                r.status = user_result::status::invalid;
+                r.reason = unknown_key;
+                return r;
+            }
+        }
         r.status = user_result::status::ok;
         r.id.reserve(4 + api_key_value.size());
         r.id.append("key:").append(api_key_value);
@@ -28,6 +70,11 @@ user_result user_resolver::resolve(std::string_view api_key_value, std::optional
             r.status = user_result::status::invalid;
             r.reason = std::move(v.reason);
         }
+        return r;
+    }
+    if (require_known_) {
+        r.status = user_result::status::invalid;
+        r.reason = missing_key;
     }
     return r;
 }

@@ -4,32 +4,40 @@
 #include "config/config.hpp"
 #include "identity/jwt.hpp"
 
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 namespace sluice::identity {
 
-// What resolve() found. ok: `id` is "key:<api key>" or "jwt:<claim>" (hash it before use);
-// invalid: a JWT was presented and failed, `reason` is safe to show (the caller answers
-// 401); none: no user source present.
+// What resolve() found. ok: `id` is "user:<registry name>", "key:<api key>" or
+// "jwt:<claim>" (hash it before use), `plan` the registry entry's plan ("" = none);
+// invalid: the credentials were refused (a JWT that failed; with a registry that
+// requires known keys, a key missing or unknown), `reason` is safe to show (the caller
+// answers 401); none: no user source present.
 struct user_result {
     enum class status { none, ok, invalid };
     status status = status::none;
     std::string id;
     std::string reason;
+    std::string plan;
 };
 
 // Resolves the user from header values that the caller looked up.
 //
-// Contract: the API key header wins when configured and its value is non-empty (the key
-// is taken as is: Sluice does not check keys against a list, it only counts per key);
-// otherwise the JWT header when configured and present; otherwise none. The constructor
-// builds the jwt_verifier and throws std::runtime_error as it does. Thread: construct
-// anywhere; resolve() is const and may be called from any number of threads at once.
+// Contract: the API key header wins when configured and its value is non-empty. Without a
+// registry (clients.user.api_keys) the key is taken as is and counted per key; with one,
+// a key is looked up by its SHA-256: a known key is its entry's user, an unknown one is
+// refused with require_known and else counted per key. Otherwise the JWT header when
+// configured and present; otherwise none, or refused when the registry requires known
+// keys. The constructor builds the jwt_verifier and throws std::runtime_error as it does.
+// Thread: construct anywhere; resolve() is const and may be called from any number of
+// threads at once.
 class user_resolver {
 public:
     explicit user_resolver(const config::clients_config& c,
@@ -42,7 +50,14 @@ public:
     const std::string* jwt_header() const { return jwt_ ? &jwt_header_ : nullptr; }
 
 private:
+    struct sha256_hash {
+        std::size_t operator()(const std::array<std::uint8_t, 32>& d) const;
+    };
     std::string api_key_header_;
+    bool require_known_ = false;
+    // SHA-256 of a key -> its entry (a digest needs no constant-time lookup: finding it
+    // tells nothing about any key but the one presented)
+    std::unordered_map<std::array<std::uint8_t, 32>, config::api_key_entry, sha256_hash> registry_;
     std::string jwt_header_;
     std::optional<jwt_verifier> jwt_;
 };

@@ -11,6 +11,7 @@
 
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -52,6 +53,14 @@ inline std::string echoed(const boost::json::object& echo, std::string name) {
             return v;
     }
     return "";
+}
+
+// A whole file ("" if it cannot be read).
+inline std::string read_file(const std::string& path) {
+    std::ifstream f(path);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
 }
 
 // A metric sample's value from Prometheus text, or -1 if absent.

@@ -2,6 +2,7 @@
 #include "e2e.hpp"
 
 #include <jwt.h>
+#include <openssl/evp.h>
 
 #include <boost/json/parse.hpp>
 
@@ -312,4 +313,70 @@ routes:
 )");
     REQUIRE(eventually([&] { return fetch(f.gw->admin_port, "GET", "/readyz").status == 200; }));
     check_top(f);
+}
+
+namespace {
+
+std::string sha256_hex(const std::string& key) {
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    EVP_Digest(key.data(), key.size(), d, &n, EVP_sha256(), nullptr);
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string out;
+    for (unsigned i = 0; i < n; ++i) {
+        out += hex[d[i] >> 4];
+        out += hex[d[i] & 15];
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("API key registry: keys of one user share its budget, unknown and missing keys get 401, reload re-reads") {
+    const auto dir = make_temp_dir();
+    const std::string keys = dir + "/keys.yaml";
+    const std::string registry = read_file(std::string(SLUICE_TEST_DIR) + "/config/fixtures/keys/good.keys.yaml");
+    write_file(keys, registry);
+    limited_fixture f(R"(
+clients:
+  user:
+    api_key_header: X-API-Key
+    api_keys: { file: ")" +
+                      keys + R"(", require_known: true }
+policies:
+  p:
+    user: [ {limit: 3, per: 1h, precision: 6m} ]
+routes:
+  - { match: { path: /health }, policy: none }
+  - { match: { path_prefix: / }, policy: p }
+)");
+    const auto with_key = [](const char* k) { return header_list{{"X-API-Key", k}}; };
+    CHECK(f.get("/", with_key("acme-key-one-0001")).status == 200);
+    CHECK(f.get("/", with_key("acme-key-one-0001")).status == 200);
+    CHECK(f.get("/", with_key("acme-key-two-0002")).status == 200);
+    CHECK(f.get("/", with_key("acme-key-two-0002")).status == 429);  // acme's third of 3 went to the other key
+    CHECK(f.get("/", with_key("globex-key-0003")).status == 200);
+
+    auto unknown = f.get("/", with_key("acme-key-one-0009"));
+    CHECK(unknown.status == 401);
+    CHECK(boost::json::parse(unknown.body).at("error").as_string() == "unauthorized");
+    CHECK(unknown.body.find("unknown API key") != std::string::npos);
+    auto missing = f.get("/");
+    CHECK(missing.status == 401);
+    CHECK(missing.body.find("an API key is required") != std::string::npos);
+    CHECK(f.get("/health").status == 200);  // a route without a policy stays open
+
+    auto top = boost::json::parse(fetch(f.gw->admin_port, "GET", "/top").body);
+    CHECK(top.at("offenders").as_array().at(0).at("identity").as_string() == "user:acme");
+
+    // A new key for globex, then a reload: the file is read again.
+    CHECK(f.get("/", with_key("globex-key-0004")).status == 401);
+    write_file(keys, registry + "- { sha256: " + sha256_hex("globex-key-0004") + ", user: globex }\n");
+    CHECK(fetch(f.gw->admin_port, "POST", "/reload").status == 200);
+    CHECK(f.get("/", with_key("globex-key-0004")).status == 200);
+    write_file(keys, "- { sha256: nothex, user: globex }\n");
+    auto bad = fetch(f.gw->admin_port, "POST", "/reload");
+    CHECK(bad.status == 422);
+    CHECK(bad.body.find("keys.yaml:1:13") != std::string::npos);
+    CHECK(f.get("/", with_key("globex-key-0004")).status == 200);  // the running registry stays
 }

@@ -18,13 +18,6 @@ std::string limits_yaml(int limit, const std::string& headers = "ietf") {
            ", per: 1h, precision: 6m} ]\nroutes:\n  - { match: { path_prefix: / }, policy: p }\n";
 }
 
-std::string read_file(const std::string& path) {
-    std::ifstream f(path);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
-
 int reloads_ok(const gateway& gw) {
     return static_cast<int>(
         metric_value(fetch(gw.admin_port, "GET", "/metrics").body, R"(sluice_config_reloads_total{result="ok"})"));
