@@ -24,6 +24,12 @@ std::string truncated(const config::config& next, const config::config& running)
     };
     if (next.policies.empty() && !running.policies.empty()) return lost("policies", running.policies.size());
     if (next.routes.empty() && !running.routes.empty()) return lost("routes", running.routes.size());
+    const auto& keys = running.clients.api_keys;
+    if (keys && !keys->keys.empty() && next.clients.api_keys && next.clients.api_keys->keys.empty()) {
+        return "the API key registry " + next.clients.api_keys->file + " has no keys while the running one has " +
+               std::to_string(keys->keys.size()) + "; refusing a reload that would refuse every key (is the file " +
+               "complete?); restart Sluice to run with an empty registry";
+    }
     return {};
 }
 

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -717,6 +718,7 @@ std::vector<api_key_entry> read_key_file(const std::string& path) {
     const node_ref root(doc, path);
     std::vector<api_key_entry> keys;
     if (root.is_null()) return keys;
+    std::map<std::array<std::uint8_t, 32>, std::size_t> seen;
     schema::read_sequence(root, [&](const node_ref& item) {
         api_key_entry e;
         read_mapping(item,
@@ -726,8 +728,8 @@ std::vector<api_key_entry> read_key_file(const std::string& path) {
                           presence::required},
                          {"plan", [&](const node_ref& v) { e.plan = read_checked(v, is_policy_name, bad_plan_name); }},
                      });
-        for (std::size_t i = 0; i < keys.size(); ++i) {
-            if (keys[i].sha256 == e.sha256) item.fail("the same key as entry " + std::to_string(i));
+        if (auto [it, fresh] = seen.emplace(e.sha256, keys.size()); !fresh) {
+            item.fail("the same key as entry " + std::to_string(it->second));
         }
         keys.push_back(std::move(e));
     });

@@ -83,7 +83,7 @@ void admission::conclude(const admission_context& ctx, const policy& p, const ch
 
 // The identifier whose tier refused (the user when both did), named as the operator knows
 // it: the address (IPv6 as limited, to its prefix) or the user. An API key is a
-// credential: only its last four characters are shown.
+// credential: only the last four characters of one of 16 or more are shown.
 void admission::record_refusal(const admission_context& ctx, const policy& p, const decision& d) {
     std::size_t refusing = request_.keys.size();
     for (const tier_result& t : d.tiers) {
@@ -95,7 +95,7 @@ void admission::record_refusal(const admission_context& ctx, const policy& p, co
     if (k.kind == 'i') {
         label = identity::ip_identifier(cached_client_, ctx.clients.cfg.ipv6_prefix);
     } else if (std::string_view user = cached_user_; user.starts_with("key:")) {
-        label = user.size() >= 12 ? "key:…" + std::string(user.substr(user.size() - 4)) : "key:…";
+        label = user.size() >= 4 + 16 ? "key:…" + std::string(user.substr(user.size() - 4)) : "key:…";
     } else {
         label = cached_user_;
     }

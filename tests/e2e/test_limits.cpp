@@ -379,4 +379,9 @@ routes:
     CHECK(bad.status == 422);
     CHECK(bad.body.find("keys.yaml:1:13") != std::string::npos);
     CHECK(f.get("/", with_key("globex-key-0004")).status == 200);  // the running registry stays
+    write_file(keys, "");                                          // cut short: it would refuse every key
+    bad = fetch(f.gw->admin_port, "POST", "/reload");
+    CHECK(bad.status == 422);
+    CHECK(bad.body.find("has no keys while the running one has 4") != std::string::npos);
+    CHECK(f.get("/", with_key("globex-key-0004")).status == 429);  // still known (not 401), and over globex's 3
 }
