@@ -14,13 +14,15 @@
 
 namespace sluice::server {
 
-void access_log::lane::append_string(std::string_view s) {
+void access_log::lane::add_string(std::string_view key, std::string_view s) {
+    line_ += key;
     json_.reset(boost::json::string_view(s.data(), s.size()));
     char buf[256];
     while (!json_.done()) line_ += json_.read(buf, sizeof buf);
 }
 
-void access_log::lane::append_number(std::int64_t n) {
+void access_log::lane::add_number(std::string_view key, std::int64_t n) {
+    line_ += key;
     char buf[24];
     line_.append(buf, std::to_chars(buf, buf + sizeof buf, n).ptr);
 }
@@ -40,34 +42,20 @@ void access_log::lane::write(const access_record& r) {
     line_ += stamp_;
     const char millis[3] = {char('0' + ms % 1000 / 100), char('0' + ms % 100 / 10), char('0' + ms % 10)};
     line_.append(millis, 3);
-    line_ += R"(Z","peer":)";
-    append_string(r.peer);
-    line_ += R"(,"method":)";
-    append_string(r.method);
-    line_ += R"(,"path":)";
-    append_string(r.path);
-    line_ += R"(,"route":)";
-    append_string(r.route);
-    line_ += R"(,"policy":)";
-    append_string(r.policy);
-    line_ += R"(,"decision":)";
-    append_string(r.decision);
-    line_ += R"(,"id_kind":)";
-    append_string(r.id_kind);
-    line_ += R"(,"id":)";
-    append_string(r.id);
-    line_ += R"(,"status":)";
-    append_number(r.status);
-    line_ += R"(,"bytes_in":)";
-    append_number(static_cast<std::int64_t>(r.bytes_in));
-    line_ += R"(,"bytes_out":)";
-    append_number(static_cast<std::int64_t>(r.bytes_out));
-    if (r.upstream_us >= 0) {
-        line_ += R"(,"upstream_us":)";
-        append_number(r.upstream_us);
-    }
-    line_ += R"(,"total_us":)";
-    append_number(r.total_us);
+    line_ += R"(Z")";
+    add_string(R"(,"peer":)", r.peer);
+    add_string(R"(,"method":)", r.method);
+    add_string(R"(,"path":)", r.path);
+    add_string(R"(,"route":)", r.route);
+    add_string(R"(,"policy":)", r.policy);
+    add_string(R"(,"decision":)", r.decision);
+    add_string(R"(,"id_kind":)", r.id_kind);
+    add_string(R"(,"id":)", r.id);
+    add_number(R"(,"status":)", r.status);
+    add_number(R"(,"bytes_in":)", static_cast<std::int64_t>(r.bytes_in));
+    add_number(R"(,"bytes_out":)", static_cast<std::int64_t>(r.bytes_out));
+    if (r.upstream_us >= 0) add_number(R"(,"upstream_us":)", r.upstream_us);
+    add_number(R"(,"total_us":)", r.total_us);
     line_ += "}\n";
 
     bool wake = false;

@@ -58,8 +58,9 @@ public:
         std::mutex mu_;
         std::string pending_;     // whole lines not yet written (guarded by mu_)
         bool signalled_ = false;  // the writer was woken for this batch (guarded by mu_)
-        void append_string(std::string_view s);
-        void append_number(std::int64_t n);
+        // Append `key` (`,"name":`), then the value as JSON.
+        void add_string(std::string_view key, std::string_view s);
+        void add_number(std::string_view key, std::int64_t n);
 
         boost::json::serializer json_;  // escapes the strings (worker thread only)
         std::string line_;              // the line being formatted (worker thread only)

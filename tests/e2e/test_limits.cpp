@@ -279,8 +279,9 @@ void check_top(limited_fixture& f) {
 
 }  // namespace
 
-TEST_CASE("GET /top: the identities refused most in the last minute, on the memory store") {
-    limited_fixture f(R"(
+// A policy of one request per hour per address and per user, behind a trusted proxy.
+std::string top_yaml(const std::string& store = "") {
+    return store + R"(
 clients:
   trusted_proxies: ["127.0.0.1/32"]
   user: { api_key_header: X-API-Key }
@@ -290,27 +291,18 @@ policies:
     user: [ {limit: 1, per: 1h, precision: 6m} ]
 routes:
   - { match: { path_prefix: / }, policy: p }
-)");
+)";
+}
+
+TEST_CASE("GET /top: the identities refused most in the last minute, on the memory store") {
+    limited_fixture f(top_yaml());
     check_top(f);
 }
 
 TEST_CASE("GET /top: the same on the Redis store (refusals from Redis and from the deny cache)") {
     redis_server redis(unused_port());
-    limited_fixture f(R"(
-store:
-  type: redis
-  redis: { nodes: ["127.0.0.1:)" +
-                      std::to_string(redis.port) + R"("], timeout: 2s }
-clients:
-  trusted_proxies: ["127.0.0.1/32"]
-  user: { api_key_header: X-API-Key }
-policies:
-  p:
-    ip: [ {limit: 1, per: 1h, precision: 6m} ]
-    user: [ {limit: 1, per: 1h, precision: 6m} ]
-routes:
-  - { match: { path_prefix: / }, policy: p }
-)");
+    limited_fixture f(top_yaml("store:\n  type: redis\n  redis: { nodes: [\"127.0.0.1:" + std::to_string(redis.port) +
+                               "\"], timeout: 2s }"));
     REQUIRE(eventually([&] { return fetch(f.gw->admin_port, "GET", "/readyz").status == 200; }));
     check_top(f);
 }
