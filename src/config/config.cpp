@@ -39,7 +39,7 @@ using schema::read_mapping;
 
 // Reasons, in one place so that the wording stays consistent: "expected ..." when the
 // value has the wrong shape, "must ..." when it has the right shape but a bad value.
-constexpr std::string_view bad_duration = "expected a duration like 250ms, 1s, 5m, 1h";
+constexpr std::string_view bad_duration = "expected a duration like 250ms, 1s, 5m, 1h, 1d";
 constexpr std::string_view duration_too_large = "duration is too large (at most 87600h, ten years)";
 constexpr std::string_view not_positive = "must be greater than 0";
 constexpr std::string_view bad_size = "expected a size like 16384, 64KiB, 10MiB, 1GiB";
@@ -81,6 +81,8 @@ constexpr std::string_view leeway_too_large = "must be at most 10m";
 constexpr std::string_view bad_policy_name = "a policy name may only use a-z, 0-9, _ and -";
 constexpr std::string_view reserved_policy_name = R"("none" is reserved: a route uses it for no limit)";
 constexpr std::string_view policy_without_tiers = "policy has no tiers, expected ip or user";
+constexpr std::string_view plan_without_tiers = "plan has no tiers, expected user: [ ... ]";
+constexpr std::string_view plan_policy_needs_plans = "user: plan needs plans (plans.<name>.user)";
 constexpr std::string_view per_too_large = "must be at most 8784h (366 days)";
 constexpr std::string_view precision_sliding_only = "precision applies to the sliding algorithm only";
 constexpr std::string_view burst_gcra_only = "burst applies to the gcra algorithm only";
@@ -154,6 +156,9 @@ struct duration_unit {
 constexpr std::array<duration_unit, 4> duration_units{{{"h", 3'600'000}, {"m", 60'000}, {"s", 1000}, {"ms", 1}}};
 
 std::optional<std::uint64_t> duration_unit_ms(std::string_view unit) {
+    // Days are read but not written: format_duration's text is part of tier ids, which
+    // must not change for the tiers that already say 24h.
+    if (unit == "d") return 86'400'000;
     for (const duration_unit& u : duration_units) {
         if (u.name == unit) return u.ms;
     }
@@ -684,6 +689,7 @@ jwt_config read_jwt(const node_ref& n) {
                      {"secret_env", [&](const node_ref& v) { jwt.secret_env = read_env_name(v); }},
                      {"public_key_file", [&](const node_ref& v) { jwt.public_key_file = read_string(v); }},
                      {"claim", [&](const node_ref& v) { jwt.claim = read_string(v); }},
+                     {"plan_claim", [&](const node_ref& v) { jwt.plan_claim = read_string(v); }},
                      {"leeway", [&](const node_ref& v) { jwt.leeway = read_leeway(v); }},
                  });
     check_jwt_keys(n, jwt);
@@ -726,7 +732,11 @@ std::vector<api_key_entry> read_key_file(const std::string& path) {
                          {"sha256", [&](const node_ref& v) { e.sha256 = read_sha256(v); }, presence::required},
                          {"user", [&](const node_ref& v) { e.user = read_checked(v, is_user_name, bad_user_name); },
                           presence::required},
-                         {"plan", [&](const node_ref& v) { e.plan = read_checked(v, is_policy_name, bad_plan_name); }},
+                         {"plan",
+                          [&](const node_ref& v) {
+                              e.plan = read_checked(v, is_policy_name, bad_plan_name);
+                              e.plan_at = v.where();
+                          }},
                      });
         if (auto [it, fresh] = seen.emplace(e.sha256, keys.size()); !fresh) {
             item.fail("the same key as entry " + std::to_string(it->second));
@@ -762,6 +772,11 @@ void read_user(const node_ref& n, clients_config& out) {
                          [&](const node_ref& v) { out.api_key_header = read_checked(v, is_token, bad_header_name); }},
                         {"jwt", [&](const node_ref& v) { out.jwt = read_jwt(v); }},
                         {"api_keys", [&](const node_ref& v) { out.api_keys = read_api_keys(v); }},
+                        {"default_plan",
+                         [&](const node_ref& v) {
+                             out.default_plan = read_checked(v, is_policy_name, bad_plan_name);
+                             out.default_plan_at = v.where();
+                         }},
                     });
     if (out.api_keys && out.api_key_header.empty()) n.fail_at(n.mark(), n.path_of("api_keys"), api_keys_need_header);
 }
@@ -907,9 +922,17 @@ policy_config read_policy(const node_ref& n, const std::string& name) {
     read_mapping(n, {
                         {"shadow", [&](const node_ref& v) { p.shadow = schema::read_bool(v); }},
                         {"ip", [&](const node_ref& v) { p.ip = read_tiers(v, "ip"); }},
-                        {"user", [&](const node_ref& v) { p.user = read_tiers(v, "user"); }},
+                        {"user",
+                         [&](const node_ref& v) {
+                             if (v.node().IsScalar() && v.node().Scalar() == "plan") {
+                                 p.user_by_plan = true;
+                                 p.user_at = v.where();
+                             } else {
+                                 p.user = read_tiers(v, "user");
+                             }
+                         }},
                     });
-    if (p.ip.empty() && p.user.empty()) n.fail(policy_without_tiers);
+    if (p.ip.empty() && p.user.empty() && !p.user_by_plan) n.fail(policy_without_tiers);
     return p;
 }
 
@@ -919,6 +942,32 @@ void read_policies(const node_ref& n, std::vector<policy_config>& out) {
         if (!is_policy_name(name)) v.fail_at_key(bad_policy_name);
         out.push_back(read_policy(v, name));
     });
+}
+
+void read_plans(const node_ref& n, std::vector<plan_config>& out) {
+    schema::read_entries(n, [&](const std::string& name, const node_ref& v) {
+        if (!is_policy_name(name)) v.fail_at_key(bad_plan_name);
+        plan_config plan{name, {}};
+        read_mapping(v, {{"user", [&](const node_ref& u) { plan.user = read_tiers(u, "user"); }, presence::required}});
+        if (plan.user.empty()) v.fail(plan_without_tiers);
+        out.push_back(std::move(plan));
+    });
+}
+
+// Every plan a registry entry, clients.user.default_plan or a policy names must exist;
+// checked once all are read, as plans may come after them in the file.
+void check_plans(const config& c) {
+    const auto known = [&](const std::string& name, const std::string& at) {
+        if (!name.empty() && c.find_plan(name) == nullptr) throw config_error(at + ": no plan named \"" + name + "\"");
+    };
+    known(c.clients.default_plan, c.clients.default_plan_at);
+    if (c.clients.api_keys) {
+        for (const auto& e : c.clients.api_keys->keys) known(e.plan, e.plan_at);
+    }
+    for (const auto& p : c.policies) {
+        if (p.user_by_plan && c.plans.empty())
+            throw config_error(p.user_at + ": " + std::string(plan_policy_needs_plans));
+    }
 }
 
 // --- routes ---
@@ -974,21 +1023,20 @@ void read_routes(const node_ref& n, std::vector<route_config>& out, std::vector<
     schema::read_sequence(n, [&](const node_ref& item) { out.push_back(read_route(item, at.emplace_back())); });
 }
 
-std::string cost_exceeds(std::int64_t cost, std::string_view what, std::int64_t bound, const policy_config& p,
-                         const tier_config& t, std::size_t index) {
+std::string cost_exceeds(std::int64_t cost, std::string_view what, std::int64_t bound, const std::string& where,
+                         std::size_t index) {
     std::ostringstream s;
-    s << "cost " << cost << " exceeds the " << what << ' ' << bound << " of policies." << p.name << '.' << t.kind << '['
-      << index << ']';
+    s << "cost " << cost << " exceeds the " << what << ' ' << bound << " of " << where << '[' << index << ']';
     return s.str();
 }
 
-void check_cost(const node_ref& at, std::int64_t cost, const policy_config& p) {
-    for (const auto* tiers : {&p.ip, &p.user}) {
-        for (std::size_t i = 0; i < tiers->size(); ++i) {
-            const tier_config& t = (*tiers)[i];
-            if (cost > t.limit) at.fail(cost_exceeds(cost, "limit", t.limit, p, t, i));
-            if (t.algo == algorithm::gcra && cost > t.burst) at.fail(cost_exceeds(cost, "burst", t.burst, p, t, i));
-        }
+// `where`: the tiers' place in the file, "policies.api.ip" or "plans.pro.user".
+void check_cost(const node_ref& at, std::int64_t cost, const std::vector<tier_config>& tiers,
+                const std::string& where) {
+    for (std::size_t i = 0; i < tiers.size(); ++i) {
+        const tier_config& t = tiers[i];
+        if (cost > t.limit) at.fail(cost_exceeds(cost, "limit", t.limit, where, i));
+        if (t.algo == algorithm::gcra && cost > t.burst) at.fail(cost_exceeds(cost, "burst", t.burst, where, i));
     }
 }
 
@@ -998,7 +1046,11 @@ void check_routes(const config& c, const std::vector<route_nodes>& at) {
         if (r.policy == "none") continue;
         const policy_config* p = c.find_policy(r.policy);
         if (p == nullptr) at[i].policy->fail("no policy named \"" + r.policy + "\"");
-        if (at[i].cost) check_cost(*at[i].cost, r.cost, *p);
+        if (!at[i].cost) continue;
+        check_cost(*at[i].cost, r.cost, p->ip, "policies." + p->name + ".ip");
+        check_cost(*at[i].cost, r.cost, p->user, "policies." + p->name + ".user");
+        if (!p->user_by_plan) continue;
+        for (const auto& plan : c.plans) check_cost(*at[i].cost, r.cost, plan.user, "plans." + plan.name + ".user");
     }
 }
 
@@ -1016,9 +1068,11 @@ void read_config(const node_ref& root, config& out) {
                            {"store", [&](const node_ref& v) { read_store(v, out.store); }},
                            {"clients", [&](const node_ref& v) { read_clients(v, out.clients); }},
                            {"response", [&](const node_ref& v) { read_response(v, out.response); }},
+                           {"plans", [&](const node_ref& v) { read_plans(v, out.plans); }},
                            {"policies", [&](const node_ref& v) { read_policies(v, out.policies); }},
                            {"routes", [&](const node_ref& v) { read_routes(v, out.routes, route_nodes); }},
                        });
+    check_plans(out);
     check_routes(out, route_nodes);
 }
 
@@ -1068,6 +1122,11 @@ std::string read_whole_file(const std::string& path) {
 }
 
 }  // namespace
+
+const plan_config* config::find_plan(std::string_view name) const {
+    auto it = std::find_if(plans.begin(), plans.end(), [&](const plan_config& p) { return p.name == name; });
+    return it == plans.end() ? nullptr : &*it;
+}
 
 const policy_config* config::find_policy(std::string_view name) const {
     auto it = std::find_if(policies.begin(), policies.end(), [&](const policy_config& p) { return p.name == name; });

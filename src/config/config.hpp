@@ -147,6 +147,7 @@ struct jwt_config {
     std::string secret_env;                      // required if any HS* algorithm is listed
     std::string public_key_file;                 // required if RS256 or ES256 is listed (PEM)
     std::string claim = "sub";                   // the claim that names the user
+    std::string plan_claim;                      // the claim that names the user's plan ("" = none)
     duration leeway = std::chrono::seconds(30);  // for exp / nbf
 
     bool operator==(const jwt_config&) const = default;
@@ -156,8 +157,9 @@ struct jwt_config {
 // stored in clear).
 struct api_key_entry {
     std::array<std::uint8_t, 32> sha256{};
-    std::string user;  // the registry name: every key of one user shares its budget
-    std::string plan;  // "" = none
+    std::string user;     // the registry name: every key of one user shares its budget
+    std::string plan;     // "" = none; else one of config::plans
+    std::string plan_at;  // where `plan` was written ("FILE:LINE:COLUMN: [i].plan")
 
     bool operator==(const api_key_entry&) const = default;
 };
@@ -181,6 +183,8 @@ struct clients_config {
     std::optional<jwt_config> jwt;            // clients.user.jwt
     std::optional<api_keys_config> api_keys;  // clients.user.api_keys
     std::vector<cidr> allow;                  // clients.allow: bypass every limit
+    std::string default_plan;                 // clients.user.default_plan: one of config::plans ("" = none)
+    std::string default_plan_at;              // where it was written ("FILE:LINE:COLUMN: PATH")
 
     bool operator==(const clients_config&) const = default;
 };
@@ -223,8 +227,18 @@ struct policy_config {
     std::string name;
     bool shadow = false;
     std::vector<tier_config> ip, user;
+    bool user_by_plan = false;  // `user: plan`: the user tiers are the caller's plan's (`user` is empty)
+    std::string user_at;        // where `user: plan` was written
 
     bool operator==(const policy_config&) const = default;
+};
+
+// plans.<name>: the user tiers of a policy with `user: plan`, for the callers on this plan.
+struct plan_config {
+    std::string name;
+    std::vector<tier_config> user;  // non-empty
+
+    bool operator==(const plan_config&) const = default;
 };
 
 struct route_config {
@@ -251,10 +265,12 @@ struct config {
     store_config store;
     clients_config clients;
     response_config response;
+    std::vector<plan_config> plans;       // in file order
     std::vector<policy_config> policies;  // in file order
     std::vector<route_config> routes;     // in file order; first match wins
 
     const policy_config* find_policy(std::string_view name) const;
+    const plan_config* find_plan(std::string_view name) const;
 
     bool operator==(const config&) const = default;
 };

@@ -32,6 +32,7 @@ inline constexpr failure bad_host{400, "bad_request", "an HTTP/1.1 request needs
 inline constexpr failure bad_target{400, "bad_request", "invalid request target"};
 inline constexpr failure bad_body{400, "bad_request", "malformed request body"};
 inline constexpr failure unauthorized{401, "unauthorized", "invalid credentials"};
+inline constexpr failure forbidden{403, "forbidden", "the caller's plan has no limits configured"};
 inline constexpr failure connect_refused{405, "method_not_allowed", "CONNECT is not supported"};
 inline constexpr failure bad_method{400, "bad_request", "methods are case-sensitive: write it in upper case"};
 inline constexpr failure header_timeout{408, "request_timeout",

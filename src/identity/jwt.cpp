@@ -156,7 +156,9 @@ jwt_verifier::result invalid(std::string reason) {
 }  // namespace
 
 jwt_verifier::jwt_verifier(const config::jwt_config& cfg, const std::function<const char*(const char*)>& getenv)
-    : claim_(cfg.claim), leeway_seconds_(static_cast<double>(cfg.leeway.count()) / 1000.0) {
+    : claim_(cfg.claim),
+      plan_claim_(cfg.plan_claim),
+      leeway_seconds_(static_cast<double>(cfg.leeway.count()) / 1000.0) {
     if (cfg.algorithms.empty()) throw std::runtime_error("jwt: no algorithms configured");
     if (claim_.empty()) throw std::runtime_error("jwt: no claim configured");
     bool any_hs = false, want_rsa = false, want_ec = false;
@@ -254,6 +256,12 @@ jwt_verifier::result jwt_verifier::verify(std::string_view header_value, std::in
         r.subject = std::to_string(c->get_uint64());
     else
         return invalid("invalid claim " + claim_);
+    if (!plan_claim_.empty()) {
+        if (const auto* p = body->if_contains(plan_claim_); p != nullptr && !p->is_null()) {
+            if (!p->is_string() || p->get_string().empty()) return invalid("invalid claim " + plan_claim_);
+            r.plan.assign(p->get_string().data(), p->get_string().size());
+        }
+    }
     r.status = result::status::ok;
     return r;
 }

@@ -25,7 +25,9 @@ namespace sluice::identity {
 //  5. `exp` and `nbf` are optional; when present they must be numbers and are enforced
 //     against `now` with the configured leeway (expired when now >= exp + leeway; not
 //     yet valid when now + leeway < nbf);
-//  6. reads the configured claim: a non-empty string, or an integer as decimal text.
+//  6. reads the configured claim: a non-empty string, or an integer as decimal text;
+//     and the plan claim when configured: absent or null is no plan, else a non-empty
+//     string.
 // Failures are values: status invalid with a short reason that is safe to show a
 // client and never echoes the token.
 //
@@ -41,6 +43,7 @@ public:
         enum class status { ok, invalid };
         status status = status::invalid;
         std::string subject;  // the claim's value when ok
+        std::string plan;     // the plan claim's value when ok ("" = none)
         std::string reason;   // when invalid: "token expired", "signature invalid", ...
     };
 
@@ -56,6 +59,7 @@ private:
     std::string secret_;           // for HS*
     std::string public_key_pem_;   // for RS256 / ES256
     std::string claim_;
+    std::string plan_claim_;  // "" = none
     double leeway_seconds_ = 0;
 };
 

@@ -1,5 +1,6 @@
 #include "identity/user.hpp"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include <cstring>
@@ -24,6 +25,11 @@ std::size_t user_resolver::sha256_hash::operator()(const std::array<std::uint8_t
     std::size_t h;
     std::memcpy(&h, d.data(), sizeof h);
     return h;
+}
+
+bool user_resolver::sha256_equal::operator()(const std::array<std::uint8_t, 32>& a,
+                                             const std::array<std::uint8_t, 32>& b) const {
+    return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 user_resolver::user_resolver(const config::clients_config& c, const std::function<const char*(const char*)>& getenv)
@@ -66,6 +72,7 @@ user_result user_resolver::resolve(std::string_view api_key_value, std::optional
         if (v.status == jwt_verifier::result::status::ok) {
             r.status = user_result::status::ok;
             r.id = "jwt:" + v.subject;
+            r.plan = std::move(v.plan);
         } else {
             r.status = user_result::status::invalid;
             r.reason = std::move(v.reason);

@@ -16,7 +16,8 @@
 namespace sluice::identity {
 
 // What resolve() found. ok: `id` is "user:<registry name>", "key:<api key>" or
-// "jwt:<claim>" (hash it before use), `plan` the registry entry's plan ("" = none);
+// "jwt:<claim>" (hash it before use), `plan` the registry entry's or the JWT plan claim's
+// plan ("" = none);
 // invalid: the credentials were refused (a JWT that failed; with a registry that
 // requires known keys, a key missing or unknown), `reason` is safe to show (the caller
 // answers 401); none: no user source present.
@@ -53,11 +54,14 @@ private:
     struct sha256_hash {
         std::size_t operator()(const std::array<std::uint8_t, 32>& d) const;
     };
+    struct sha256_equal {  // in constant time (CRYPTO_memcmp)
+        bool operator()(const std::array<std::uint8_t, 32>& a, const std::array<std::uint8_t, 32>& b) const;
+    };
     std::string api_key_header_;
     bool require_known_ = false;
-    // SHA-256 of a key -> its entry (a digest needs no constant-time lookup: finding it
-    // tells nothing about any key but the one presented)
-    std::unordered_map<std::array<std::uint8_t, 32>, config::api_key_entry, sha256_hash> registry_;
+    // SHA-256 of a key -> its entry. Digests are compared in constant time, though how far
+    // a presented key's digest matches a stored one tells nothing about the stored key.
+    std::unordered_map<std::array<std::uint8_t, 32>, config::api_key_entry, sha256_hash, sha256_equal> registry_;
     std::string jwt_header_;
     std::optional<jwt_verifier> jwt_;
 };

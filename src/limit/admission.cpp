@@ -37,13 +37,26 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
             out.reason = std::move(user.reason);
             return false;
         }
-        if (user.status == identity::user_result::status::ok && !p.user.empty()) {
+        std::span<const tier> tiers = p.user;
+        if (user.status == identity::user_result::status::ok && p.user_by_plan) {
+            const std::string& plan = user.plan.empty() ? ctx.clients.cfg.default_plan : user.plan;
+            const auto* plan_tiers = p.plan_user(plan);
+            if (plan_tiers == nullptr) {
+                out.what = outcome::kind::forbidden;
+                out.decision = "forbidden";
+                out.reason = plan.empty() ? "no plan: the caller names none and clients.user.default_plan is not set"
+                                          : "unknown plan";
+                return false;
+            }
+            tiers = *plan_tiers;
+        }
+        if (user.status == identity::user_result::status::ok && !tiers.empty()) {
             if (!user_cached_ || user.id != cached_user_) {
                 user_cached_ = true;
                 cached_user_ = user.id;
                 cached_user_hash_ = ctx.hasher.hash("user", user.id);
             }
-            keys_[n++] = {'u', cached_user_hash_, p.user};
+            keys_[n++] = {'u', cached_user_hash_, tiers};
         }
     }
     request_ = {std::span(keys_.data(), n), cost};

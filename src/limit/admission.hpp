@@ -20,12 +20,12 @@
 namespace sluice::limit {
 
 struct outcome {
-    enum class kind { pass, limited, unauthorized, store_down } what = kind::pass;
+    enum class kind { pass, limited, unauthorized, forbidden, store_down } what = kind::pass;
     std::string fields;              // rate-limit response fields ("Name: value\r\n" lines)
     std::int64_t retry_after_s = 0;  // limited
-    std::string reason;              // unauthorized: why, safe to show the client
+    std::string reason;              // unauthorized, forbidden: why, safe to show the client
     const char* decision = "none";   // for the access log: none, bypass, allowed, limited,
-                                     // shadow_limited, unauthorized, store_error
+                                     // shadow_limited, unauthorized, forbidden, store_error
     char id_kind = 0;                // 'i' or 'u': the identifier named in the access log
     digest id{};
 
@@ -53,7 +53,8 @@ struct admission_context {
 class admission {
 public:
     // Returns true when the store must be asked (request() is then ready); false when the
-    // outcome is already known (allow-listed, no identifier to limit, or 401).
+    // outcome is already known (allow-listed, no identifier to limit, 401, or 403 for a
+    // user whose plan the policy has no tiers for).
     bool prepare(const admission_context& ctx, const policy& p, std::int64_t cost, const identity::caller& who,
                  const http::message_head& req, outcome& out);
     const check_request& request() const { return request_; }

@@ -49,15 +49,34 @@ std::vector<std::string> tier_names(const config::policy_config& p) {
     return names;
 }
 
+const std::vector<tier>* policy::plan_user(std::string_view plan) const {
+    for (const auto& p : plans)
+        if (p.plan == plan) return &p.user;
+    return nullptr;
+}
+
 std::vector<policy> compile_policies(const config::config& c) {
     std::vector<policy> out;
     out.reserve(c.policies.size());
     for (const auto& pc : c.policies) {
-        policy p{pc.name, pc.shadow, {}, {}, 0};
+        policy p{pc.name, pc.shadow, {}, {}, 0, pc.user_by_plan, {}};
         const auto names = tier_names(pc);
         std::size_t n = 0;
         for (const auto& t : pc.ip) p.ip.push_back(tier::from(t, tier_id(pc.name, t), names[n++]));
         for (const auto& t : pc.user) p.user.push_back(tier::from(t, tier_id(pc.name, t), names[n++]));
+        if (pc.user_by_plan) {
+            for (const auto& plan : c.plans) {
+                // Named beside the policy's ip tiers, as the headers show them together.
+                config::policy_config with_plan{pc.name, pc.shadow, pc.ip, plan.user, false, {}};
+                const auto plan_names = tier_names(with_plan);
+                const std::string id_base = pc.name + '@' + plan.name;
+                auto& pt = p.plans.emplace_back(plan_tiers{plan.name, {}});
+                for (std::size_t i = 0; i < plan.user.size(); ++i) {
+                    pt.user.push_back(tier::from(plan.user[i], tier_id(id_base, plan.user[i]),
+                                                 plan.name + '-' + plan_names[pc.ip.size() + i]));
+                }
+            }
+        }
         out.push_back(std::move(p));
     }
     return out;

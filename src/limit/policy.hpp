@@ -12,22 +12,36 @@
 
 namespace sluice::limit {
 
+// One plan's user tiers within a policy with `user: plan`.
+struct plan_tiers {
+    std::string plan;
+    std::vector<tier> user;
+};
+
 struct policy {
     std::string name;
     bool shadow = false;
     std::vector<tier> ip, user;
     std::size_t metric_slot = 0;  // index for per-policy metrics
+    bool user_by_plan = false;    // the user tiers are the caller's plan's: in `plans`, not `user`
+    std::vector<plan_tiers> plans;
+
+    // user_by_plan: the tiers of `plan`, or null when the config has no such plan.
+    const std::vector<tier>* plan_user(std::string_view plan) const;
 };
 
 // A tier's id: "<policy>/<kind>/<algorithm>/<per>/<precision|burst|per>", stable across
-// reloads. It names the tier's counter in the store, so a tier keeps its counts through a
-// reload that changes only its limit or min_interval. Two tiers of one policy with one id
-// are refused by the config (config::shares_counter).
+// reloads; a plan's tier in a policy: "<policy>@<plan>/user/...", so a caller moved to
+// another plan starts that plan's counts. It names the tier's counter in the store, so a
+// tier keeps its counts through a reload that changes only its limit or min_interval. Two
+// tiers of one policy (or plan) with one id are refused by the config
+// (config::shares_counter).
 std::string tier_id(std::string_view policy, const config::tier_config& t);
 
 // The tiers' names for the rate-limit headers, ip tiers then user tiers: "<kind>-<per>",
 // unique within the policy. Names shared by several tiers get "-<algorithm>", and any still
-// shared "-2", "-3"... from the second one on.
+// shared "-2", "-3"... from the second one on. A plan's user tiers are named
+// "<plan>-user-<per>" the same way.
 std::vector<std::string> tier_names(const config::policy_config& p);
 
 // Every policy of `c`, in file order.

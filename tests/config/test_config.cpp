@@ -66,6 +66,8 @@ TEST_CASE("parse_duration accepts an integer with one unit") {
     CHECK(cfg::parse_duration("1s") == 1s);
     CHECK(cfg::parse_duration("5m") == 5min);
     CHECK(cfg::parse_duration("1h") == 1h);
+    CHECK(cfg::parse_duration("1d") == 24h);
+    CHECK(cfg::format_duration(24h) == "24h");  // days are not written: tier ids say 24h
     CHECK(cfg::parse_duration("0s") == 0ms);
     CHECK(cfg::parse_duration("0ms") == 0ms);
     CHECK(cfg::parse_duration("007s") == 7s);
@@ -73,7 +75,7 @@ TEST_CASE("parse_duration accepts an integer with one unit") {
 }
 
 TEST_CASE("parse_duration rejects anything else") {
-    for (const char* s : {"", "10", "s", "ms", "1.5s", "-1s", "+1s", " 1s", "1s ", "1 s", "1S", "1sec", "1d", "1us",
+    for (const char* s : {"", "10", "s", "ms", "1.5s", "-1s", "+1s", " 1s", "1s ", "1 s", "1S", "1sec", "1D", "1us",
                           "1m30s", "1e3ms", "0x10s"}) {
         CAPTURE(s);
         CHECK_FALSE(cfg::parse_duration(s).has_value());
@@ -85,6 +87,8 @@ TEST_CASE("parse_duration bounds: ten years, so that now() + d cannot overflow t
     CHECK_FALSE(cfg::parse_duration("315360000001ms").has_value());
     CHECK(cfg::parse_duration("87600h") == 87600h);
     CHECK_FALSE(cfg::parse_duration("87601h").has_value());
+    CHECK(cfg::parse_duration("3650d") == 87600h);
+    CHECK_FALSE(cfg::parse_duration("3651d").has_value());
     CHECK_FALSE(cfg::parse_duration("2562047h").has_value());  // passed once, then overflowed every deadline
     CHECK_FALSE(cfg::parse_duration("99999999999999999999s").has_value());
 }

@@ -335,6 +335,8 @@ clients:
     api_key_header: X-API-Key
     api_keys: { file: ")" +
                       keys + R"(", require_known: true }
+plans:
+  pro: { user: [ {limit: 1000, per: 1d, algorithm: fixed} ] }
 policies:
   p:
     user: [ {limit: 3, per: 1h, precision: 6m} ]

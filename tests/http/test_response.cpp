@@ -40,6 +40,7 @@ const std::vector<named_failure> all_failures{
     {"bad_target", fail::bad_target},
     {"bad_body", fail::bad_body},
     {"unauthorized", fail::unauthorized},
+    {"forbidden", fail::forbidden},
     {"connect_refused", fail::connect_refused},
     {"bad_method", fail::bad_method},
     {"header_timeout", fail::header_timeout},

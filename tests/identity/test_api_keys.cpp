@@ -28,6 +28,7 @@ std::shared_ptr<const config::config> with_keys(const std::string& api_keys) {
     {
         std::ofstream out(path);
         out << "upstream: { url: \"http://127.0.0.1:3000\" }\n"
+               "plans:\n  pro: { user: [ {limit: 1000, per: 1d, algorithm: fixed} ] }\n"
                "clients:\n  user:\n    api_key_header: X-API-Key\n    api_keys: "
             << api_keys << "\n";
     }
@@ -90,6 +91,8 @@ TEST_CASE("api keys: errors in the registry name its file, line and key") {
               "bad_sha.keys.yaml:2:13: [1].sha256: expected 64 hex digits (the SHA-256 of the key), got 4 characters");
     CHECK(load_error("{ file: keys/duplicate.keys.yaml }") ==
           dir + "duplicate.keys.yaml:2:3: [1]: the same key as entry 0");
+    CHECK(load_error("{ file: keys/unknown_plan.keys.yaml }") ==
+          dir + "unknown_plan.keys.yaml:2:99: [1].plan: no plan named \"gold\"");
     const std::string missing = load_error("{ file: keys/none.yaml }");
     CHECK(missing.find(dir + "none.yaml: cannot read: No such file or directory") != std::string::npos);
     CHECK(missing.find("clients.user.api_keys.file") != std::string::npos);

@@ -371,6 +371,25 @@ TEST_CASE("identity: jwt reads the configured claim") {
     }
 }
 
+TEST_CASE("identity: jwt reads the plan claim when configured: absent is no plan, not a string is invalid") {
+    auto conf = cfg({"HS256"});
+    conf.plan_claim = "plan";
+    const jwt_verifier v(conf, env_with(secret));
+    claims c = user();
+    CHECK(check(v, make_token(JWT_ALG_HS256, secret, c)).plan.empty());
+    c.str["plan"] = "pro";
+    auto r = check(v, make_token(JWT_ALG_HS256, secret, c));
+    CHECK(r.status == status::ok);
+    CHECK(r.subject == "alice");
+    CHECK(r.plan == "pro");
+    c.str.erase("plan");
+    c.num["plan"] = 3;
+    CHECK(check(v, make_token(JWT_ALG_HS256, secret, c)).reason == "invalid claim plan");
+    // Without plan_claim the claim is not read.
+    const jwt_verifier plain(cfg({"HS256"}), env_with(secret));
+    CHECK(check(plain, make_token(JWT_ALG_HS256, secret, c)).status == status::ok);
+}
+
 TEST_CASE("identity: jwt header value format") {
     const jwt_verifier v(cfg({"HS256"}), env_with(secret));
     const auto token = make_token(JWT_ALG_HS256, secret, user());

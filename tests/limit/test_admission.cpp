@@ -195,6 +195,38 @@ TEST_CASE("admission::prepare: a user from an API key adds a user key after the 
     CHECK(a.request().keys[0].id == s.hasher.hash("user", "key:k1"));
 }
 
+TEST_CASE("admission::prepare: user: plan takes the caller's plan's tiers, or default_plan, and none at all is a 403") {
+    snapshot s("X-API-Key", "secret-1");
+    auto p = make_policy("api", true, false);
+    p.user_by_plan = true;
+    p.plans.push_back({"pro", {make_tier("api@pro", "user", 500, 3'600'000)}});
+    limit::admission a;
+
+    // An unregistered key names no plan, and there is no default_plan.
+    outcome none;
+    CHECK_FALSE(a.prepare(s.ctx, p, 1, caller_at("192.0.2.7"), request_with("X-API-Key", "k1"), none));
+    CHECK(none.what == outcome::kind::forbidden);
+    CHECK(std::string(none.decision) == "forbidden");
+    CHECK(none.reason.find("default_plan") != std::string::npos);
+
+    // Anonymous callers are limited by address as before.
+    outcome anonymous;
+    REQUIRE(a.prepare(s.ctx, p, 1, caller_at("192.0.2.7"), request_with(), anonymous));
+    CHECK(a.request().keys.size() == 1);
+
+    s.cfg.default_plan = "pro";
+    outcome pro;
+    REQUIRE(a.prepare(s.ctx, p, 1, caller_at("192.0.2.7"), request_with("X-API-Key", "k1"), pro));
+    REQUIRE(a.request().keys.size() == 2);
+    CHECK(a.request().keys[1].tiers.data() == p.plans[0].user.data());
+
+    s.cfg.default_plan = "gold";  // the config refuses this; a policy without the plan still answers 403
+    outcome gold;
+    CHECK_FALSE(a.prepare(s.ctx, p, 1, caller_at("192.0.2.7"), request_with("X-API-Key", "k1"), gold));
+    CHECK(gold.what == outcome::kind::forbidden);
+    CHECK(gold.reason == "unknown plan");
+}
+
 TEST_CASE("admission::prepare: a JWT that fails verification is a 401 outcome, with no store request") {
     const char* env = "SLUICE_TEST_ADMISSION_JWT_SECRET";
     REQUIRE(::setenv(env, "an-admission-test-secret-of-32-bytes", 1) == 0);

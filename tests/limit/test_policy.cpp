@@ -122,3 +122,38 @@ TEST_CASE("config::shares_counter holds exactly when two tiers would get one id"
     }
     CHECK(shared > 0);  // fixed and log tiers that differ only in limit share an id
 }
+
+TEST_CASE("plans: a policy with user: plan holds each plan's user tiers, ids and names carrying the plan") {
+    auto ps = compile(R"(
+upstream: { url: "http://h" }
+plans:
+  free: { user: [ {limit: 100, per: 1d, algorithm: fixed}, {limit: 5, per: 1s} ] }
+  pro:  { user: [ {limit: 10000, per: 1d, algorithm: fixed} ] }
+policies:
+  api:
+    ip: [ {limit: 50, per: 1s} ]
+    user: plan
+  plain:
+    user: [ {limit: 7, per: 1s} ]
+)");
+    REQUIRE(ps.size() == 2);
+    const auto& api = ps[0];
+    CHECK(api.user_by_plan);
+    CHECK(api.user.empty());
+    CHECK(ids(api.ip) == std::vector<std::string>{"api/ip/sliding/1s/100ms"});
+    REQUIRE(api.plan_user("free") != nullptr);
+    REQUIRE(api.plan_user("pro") != nullptr);
+    CHECK(api.plan_user("gold") == nullptr);
+    CHECK(api.plan_user("") == nullptr);
+    CHECK(ids(*api.plan_user("free")) ==
+          std::vector<std::string>{"api@free/user/fixed/24h/24h", "api@free/user/sliding/1s/100ms"});
+    CHECK(ids(*api.plan_user("pro")) == std::vector<std::string>{"api@pro/user/fixed/24h/24h"});
+    // The same tier on two plans counts in two places: moving plans starts the new counts.
+    CHECK(api.plan_user("free")->at(0).key != api.plan_user("pro")->at(0).key);
+    std::vector<std::string> free_names;
+    for (const auto& t : *api.plan_user("free")) free_names.push_back(t.name);
+    CHECK(free_names == std::vector<std::string>{"free-user-24h", "free-user-1s"});
+    CHECK(api.plan_user("pro")->at(0).limit == 10000);
+    CHECK_FALSE(ps[1].user_by_plan);
+    CHECK(ps[1].plans.empty());
+}
