@@ -7,8 +7,9 @@
 --   order (src/store/redis_script.cpp builds every name).
 -- ARGV: [1] time override in µs ("" in production: the clock is TIME), [2] cost,
 --   [3] number of identifiers, then per identifier its number of tiers n and n times 11
---   values: algorithm (f fixed | s sliding | g gcra | l log), limit, per_us, bucket_us,
---   buckets, burst, interval_us, tolerance_us, min_interval_us, horizon_us, tier id.
+--   values: algorithm (f fixed | m fixed by calendar month | s sliding | g gcra | l log),
+--   limit, per_us, bucket_us, buckets, burst (f, m: the window offset in µs), interval_us,
+--   tolerance_us, min_interval_us, horizon_us, tier id.
 -- Reply: { allowed (0|1), retry_after_us, then per tier in request order: remaining,
 --   reset_us, admitted (0|1) }. retry_after and reset count from the caller's clock, even
 --   where the decision was made at a key's later "@t".
@@ -17,7 +18,8 @@
 --   "@e"       the HASH's expiry in ms, as this script last set it
 --   <tier id>  "<last>;<state>", <last> the tier's latest admission, and <state>:
 --     fixed, sliding  "<total>|<newest>|<index>:<count>,<index>:<count>,...": <newest> the
---                     count of the bucket of <last> (index floor(last / bucket)), then the
+--                     count of the bucket of <last> (index floor((last + offset) / bucket),
+--                     or the calendar month of last + offset as year * 12 + month - 1), then the
 --                     older non-empty buckets oldest first; <total> the sum of every count,
 --                     empty when there is no older bucket
 --     gcra            "<tat - last>"
@@ -40,15 +42,61 @@
 -- %.14g). Every number here is an integer below 2^53, so a % b is exact and
 -- (a - a % b) / b is floor division, without math.floor's C call.
 
--- fixed and sliding: `nb` buckets of `bucket` µs; the window at `at` is the bucket holding
--- `at` and the nb - 1 before it, and a bucket with index i counts until (i + nb) * bucket.
+-- Calendar months (proleptic Gregorian, UTC), from days since 1970-01-01 by the civil-date
+-- arithmetic of Howard Hinnant's public-domain algorithms (decide.cpp uses std::chrono, and
+-- the differential test compares the two): the month holding µs time s as year * 12 +
+-- month - 1, and the µs time month index i starts.
+local function month_of(s)
+    local z = (s - s % 86400000000) / 86400000000 + 719468
+    local era = (z - z % 146097) / 146097
+    local doe = z - era * 146097
+    local yoe = doe - (doe - doe % 1460) / 1460 + (doe - doe % 36524) / 36524 - (doe - doe % 146096) / 146096
+    yoe = (yoe - yoe % 365) / 365
+    local doy = doe - (365 * yoe + (yoe - yoe % 4) / 4 - (yoe - yoe % 100) / 100)
+    local mp = 5 * doy + 2
+    mp = (mp - mp % 153) / 153  -- months since March
+    local y = yoe + era * 400
+    if mp >= 10 then
+        return (y + 1) * 12 + mp - 10  -- January and February end the March-based year
+    end
+    return y * 12 + mp + 2
+end
+
+local function month_start(i)
+    local m = i % 12  -- 0: January
+    local y = (i - m) / 12
+    local mp  -- months since March
+    if m >= 2 then
+        mp = m - 2
+    else
+        mp = m + 10
+        y = y - 1
+    end
+    local era = (y - y % 400) / 400
+    local yoe = y - era * 400
+    local doy = 153 * mp + 2
+    doy = (doy - doy % 5) / 5
+    local doe = yoe * 365 + (yoe - yoe % 4) / 4 - (yoe - yoe % 100) / 100 + doy
+    return (era * 146097 + doe - 719468) * 86400000000
+end
+
+-- fixed and sliding: `nb` buckets of `bucket` µs, numbered in time shifted by `off` (so
+-- fixed windows start `off` after UTC's); the window at `at` is the bucket holding `at` and
+-- the nb - 1 before it, and a bucket with index i counts until (i + nb) * bucket - off.
+-- With `month` a bucket is a calendar month of the shifted time (nb is 1).
 -- v is the tier's field, t_s and t the key's "@t" as stored and as a number. With `soon`
 -- (its min_interval not yet passed) an admissible request reports the quota as it stands,
 -- as decide.cpp's check with cost 0 does. Returns ok, remaining, reset, admit_at, then
 -- what commit_buckets needs: the total and the newest count a commit leaves, and the older
 -- buckets it keeps ("<index>:<count>," each, oldest first).
-local function check_buckets(v, t_s, t, at, cost, soon, lim, bucket, nb, hz)
-    local cur = (at - at % bucket) / bucket
+local function check_buckets(v, t_s, t, at, cost, soon, lim, bucket, nb, hz, off, month)
+    local sa = at + off  -- in shifted time: a reset is a difference, the same in both
+    local cur
+    if month then
+        cur = month_of(sa)
+    else
+        cur = (sa - sa % bucket) / bucket
+    end
     local oldest = cur - nb + 1
     local count = 0
     local first  -- the index of the oldest live bucket (nil: none)
@@ -63,7 +111,12 @@ local function check_buckets(v, t_s, t, at, cost, soon, lim, bucket, nb, hz)
             if ls ~= t_s then
                 newest = ls + 0
             end
-            newest = (newest - newest % bucket) / bucket
+            newest = newest + off
+            if month then
+                newest = month_of(newest)
+            else
+                newest = (newest - newest % bucket) / bucket
+            end
             if newest == cur then
                 -- every stored bucket is live (the last commit dropped the others)
                 newest_live = true
@@ -109,14 +162,22 @@ local function check_buckets(v, t_s, t, at, cost, soon, lim, bucket, nb, hz)
     local remaining = lim - count
     local reset = 0
     if first then
-        reset = (first + nb) * bucket - at
+        if month then
+            reset = month_start(first + 1) - sa
+        else
+            reset = (first + nb) * bucket - sa
+        end
     end
     if count + cost <= lim then
         if soon then
             return true, remaining, reset, 0
         end
         if not first and cost > 0 then
-            reset = (cur + nb) * bucket - at
+            if month then
+                reset = month_start(cur + 1) - sa
+            else
+                reset = (cur + nb) * bucket - sa
+            end
         end
         if newest_live then
             if tot == '' then  -- the newest is the only bucket: count is its count
@@ -152,7 +213,11 @@ local function check_buckets(v, t_s, t, at, cost, soon, lim, bucket, nb, hz)
             fits = cur
         end
         if fits then
-            admit_at = (fits + nb) * bucket
+            if month then
+                admit_at = month_start(fits + 1) - off
+            else
+                admit_at = (fits + nb) * bucket - off
+            end
         end
     end
     return false, remaining, reset, admit_at
@@ -447,7 +512,7 @@ for i = 1, nkeys do
         end
 
         local ok, remaining, reset, admit_at, value
-        if algo == 'f' or algo == 's' then
+        if algo == 'f' or algo == 's' or algo == 'm' then
             local bucket = ARGV[a + 4] + 0
             if not (bucket > 0) then
                 return redis.error_reply(ERR .. 'bad bucket')
@@ -458,9 +523,18 @@ for i = 1, nkeys do
             else
                 nb = nb + 0
             end
+            local off = 0
+            if algo ~= 's' then
+                off = ARGV[a + 6]
+                if off == '0' then
+                    off = 0
+                else
+                    off = off + 0
+                end
+            end
             local total, newest, older
             ok, remaining, reset, admit_at, total, newest, older =
-                check_buckets(v, t_s, t, at, cost, soon, ARGV[a + 2] + 0, bucket, nb, hz)
+                check_buckets(v, t_s, t, at, cost, soon, ARGV[a + 2] + 0, bucket, nb, hz, off, algo == 'm')
             if total then
                 value = commit_buckets(at_s, total, newest, older)
             end

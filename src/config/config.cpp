@@ -80,6 +80,9 @@ constexpr std::string_view jwt_needs_public_key = "required when RS256 or ES256 
 constexpr std::string_view leeway_too_large = "must be at most 10m";
 constexpr std::string_view bad_policy_name = "a policy name may only use a-z, 0-9, _ and -";
 constexpr std::string_view reserved_policy_name = R"("none" is reserved: a route uses it for no limit)";
+constexpr std::string_view bad_offset = "expected a duration like -5h or 30m";
+constexpr std::string_view month_fixed_only = "per: month is for algorithm: fixed (calendar windows)";
+constexpr std::string_view offset_fixed_only = "window_offset is for algorithm: fixed";
 constexpr std::string_view policy_without_tiers = "policy has no tiers, expected ip or user";
 constexpr std::string_view plan_without_tiers = "plan has no tiers, expected user: [ ... ]";
 constexpr std::string_view plan_policy_needs_plans = "user: plan needs plans (plans.<name>.user)";
@@ -100,6 +103,7 @@ constexpr std::string_view expected_policy_name = "expected a policy name";
 // Bounds that keep every limiter computation (integer microseconds) far from overflow.
 constexpr std::int64_t max_count = 1'000'000'000;
 constexpr duration max_per = std::chrono::hours(8784);
+constexpr duration month_per = std::chrono::hours(31 * 24);  // per: month counts as the longest month
 constexpr std::int64_t max_log_limit = 1000;
 constexpr std::int64_t max_buckets = 120;
 constexpr duration max_jwt_leeway = std::chrono::minutes(10);
@@ -813,13 +817,25 @@ constexpr std::array<std::string_view, 4> algorithm_names{"fixed", "sliding", "g
 
 // Where the keys of a tier were written, for the checks that need the whole tier.
 struct tier_nodes {
-    std::optional<node_ref> limit, per, precision, burst;
+    std::optional<node_ref> limit, per, precision, burst, window_offset;
 };
 
-duration read_per(const node_ref& v) {
+duration read_per(const node_ref& v, bool& month) {
+    if (v.node().IsScalar() && v.node().Scalar() == "month") {
+        month = true;
+        return month_per;
+    }
     duration d = read_duration(v, zero::refused);
     if (d > max_per) v.fail(per_too_large);
     return d;
+}
+
+// A duration with an optional leading '-': "-5h".
+duration read_signed_duration(const node_ref& v) {
+    const std::string& text = v.scalar(bad_offset);
+    const bool negative = text.starts_with('-');
+    duration d = take(v, parse_duration_why(negative ? std::string_view(text).substr(1) : text));
+    return negative ? -d : d;
 }
 
 void settle_sliding(tier_config& t, const tier_nodes& at) {
@@ -853,6 +869,15 @@ void settle_gcra(tier_config& t, const tier_nodes& at) {
 void settle_tier(tier_config& t, const tier_nodes& at) {
     if (at.precision && t.algo != algorithm::sliding) at.precision->fail(precision_sliding_only);
     if (at.burst && t.algo != algorithm::gcra) at.burst->fail(burst_gcra_only);
+    if (t.month && t.algo != algorithm::fixed) at.per->fail(month_fixed_only);
+    if (at.window_offset) {
+        if (t.algo != algorithm::fixed) at.window_offset->fail(offset_fixed_only);
+        const auto bound = std::min(t.per, duration(std::chrono::hours(24)));
+        if (t.window_offset >= bound || -t.window_offset >= bound) {
+            at.window_offset->fail("must be between -" + format_duration(bound) + " and " + format_duration(bound) +
+                                   ", exclusive");
+        }
+    }
     switch (t.algo) {
         case algorithm::sliding: settle_sliding(t, at); break;
         case algorithm::fixed: t.precision = t.per; break;
@@ -877,10 +902,15 @@ tier_config read_tier(const node_ref& n, const std::string& kind) {
                       presence::required},
                      {"per",
                       [&](const node_ref& v) {
-                          t.per = read_per(v);
+                          t.per = read_per(v, t.month);
                           at.per = v;
                       },
                       presence::required},
+                     {"window_offset",
+                      [&](const node_ref& v) {
+                          t.window_offset = read_signed_duration(v);
+                          at.window_offset = v;
+                      }},
                      {"algorithm",
                       [&](const node_ref& v) {
                           t.algo = read_enum<algorithm>(v, {"fixed", "sliding", "gcra", "log"});  // as algorithm_names

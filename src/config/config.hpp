@@ -202,25 +202,29 @@ std::string_view to_string(algorithm a);  // "fixed", "sliding", "gcra", "log"
 // One limit. Validation guarantees: limit >= 1; per > 0; sliding: precision divides per
 // and per / precision <= 120 (default precision: per / 10, which must then be a whole
 // number of milliseconds); fixed: precision == per; gcra: burst >= 1 (default: limit);
-// log: limit <= 1000; min_interval >= 0.
+// log: limit <= 1000; min_interval >= 0; month and window_offset: fixed only.
 // One tier as configured, its defaults settled. Its id and header name are given by
 // limit/policy (compile_policies).
 struct tier_config {
     std::string kind;  // "ip" or "user"
     std::int64_t limit = 0;
-    duration per{0};
+    duration per{0};  // per: month: 31 days (the longest month), with `month` set
     algorithm algo = algorithm::sliding;
     duration precision{0};   // fixed and sliding: the bucket size
     std::int64_t burst = 0;  // gcra
     duration min_interval{0};
+    bool month = false;         // fixed: calendar months (UTC, shifted by window_offset)
+    duration window_offset{0};  // fixed: windows start at this offset from UTC; |offset| < min(per, 24h)
 
     bool operator==(const tier_config&) const = default;
 };
 
 // Two tiers of one policy that would count in one place (the same tier id in limit/policy):
-// the same kind, algorithm, per and precision or burst. A policy may not hold both.
+// the same kind, algorithm, per and precision or burst (and calendar month and window
+// offset). A policy may not hold both.
 inline bool shares_counter(const tier_config& a, const tier_config& b) {
-    return a.kind == b.kind && a.algo == b.algo && a.per == b.per && a.precision == b.precision && a.burst == b.burst;
+    return a.kind == b.kind && a.algo == b.algo && a.per == b.per && a.precision == b.precision && a.burst == b.burst &&
+           a.month == b.month && a.window_offset == b.window_offset;
 }
 
 struct policy_config {

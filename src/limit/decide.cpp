@@ -1,6 +1,7 @@
 #include "limit/decide.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 namespace sluice::limit {
 
@@ -18,10 +19,20 @@ struct check {
     usec reset = 0;
 };
 
-// fixed and sliding: buckets of `bucket` µs; the window at t is the bucket holding t and the
-// buckets-1 before it. A bucket with index i counts until (i + buckets) * bucket.
+// The index of the bucket holding `now`.
+std::int64_t bucket_of(const tier& t, usec now) {
+    return t.month ? month_of(now + t.offset) : floor_div(now + t.offset, t.bucket);
+}
+
+// When the bucket with index i leaves the window.
+usec leaves_at(const tier& t, std::int64_t index) {
+    return (t.month ? month_start(index + 1) : (index + t.buckets) * t.bucket) - t.offset;
+}
+
+// fixed and sliding: buckets of `bucket` µs (or calendar months); the window at t is the
+// bucket holding t and the buckets-1 before it.
 check check_buckets(const tier& t, const tier_state& s, usec now, std::int64_t cost) {
-    const std::int64_t current = floor_div(now, t.bucket);
+    const std::int64_t current = bucket_of(t, now);
     const std::int64_t oldest = current - t.buckets + 1;
     std::int64_t count = 0;
     std::int64_t first_live = -1;  // index into data of the oldest live bucket
@@ -33,7 +44,7 @@ check check_buckets(const tier& t, const tier_state& s, usec now, std::int64_t c
     check c;
     c.ok = count + cost <= t.limit;
     c.remaining = t.limit - count - (c.ok ? cost : 0);
-    auto leaves = [&](std::int64_t index) { return (index + t.buckets) * t.bucket - now; };
+    auto leaves = [&](std::int64_t index) { return leaves_at(t, index) - now; };
     if (c.ok) {
         c.reset = first_live >= 0 ? leaves(s.data[static_cast<std::size_t>(first_live)])
                   : cost > 0      ? leaves(current)
@@ -49,7 +60,7 @@ check check_buckets(const tier& t, const tier_state& s, usec now, std::int64_t c
     for (std::size_t i = static_cast<std::size_t>(first_live); i < s.data.size(); i += 2) {
         freed += s.data[i + 1];
         if (count - freed + cost <= t.limit) {
-            c.admit_at = (s.data[i] + t.buckets) * t.bucket;
+            c.admit_at = leaves_at(t, s.data[i]);
             break;
         }
     }
@@ -58,7 +69,7 @@ check check_buckets(const tier& t, const tier_state& s, usec now, std::int64_t c
 }
 
 void commit_buckets(const tier& t, tier_state& s, usec now, std::int64_t cost) {
-    const std::int64_t current = floor_div(now, t.bucket);
+    const std::int64_t current = bucket_of(t, now);
     const std::int64_t oldest = current - t.buckets + 1;
     std::size_t drop = 0;
     while (drop < s.data.size() && s.data[drop] < oldest) drop += 2;
@@ -152,6 +163,20 @@ const tier_state empty_state{};
 
 }  // namespace
 
+std::int64_t month_of(usec t) {
+    namespace ch = std::chrono;
+    const ch::year_month_day d{ch::floor<ch::days>(ch::sys_time<ch::microseconds>(ch::microseconds(t)))};
+    return static_cast<int>(d.year()) * std::int64_t{12} + static_cast<unsigned>(d.month()) - 1;
+}
+
+usec month_start(std::int64_t index) {
+    namespace ch = std::chrono;
+    const std::int64_t year = floor_div(index, 12);
+    const auto month = static_cast<unsigned>(index - year * 12 + 1);
+    const ch::sys_days first = ch::year(static_cast<int>(year)) / ch::month(month) / 1;
+    return ch::duration_cast<ch::microseconds>(first.time_since_epoch()).count();
+}
+
 std::uint64_t tier_key_of(std::string_view id) {
     std::uint64_t h = 14695981039346656037ull;  // FNV-1a
     for (unsigned char ch : id) {
@@ -184,7 +209,11 @@ tier tier::from(const config::tier_config& c, std::string id, std::string name) 
     t.per = c.per.count() * us_per_ms;
     t.min_interval = c.min_interval.count() * us_per_ms;
     switch (c.algo) {
-        case config::algorithm::fixed: t.bucket = t.per; break;
+        case config::algorithm::fixed:
+            t.bucket = t.per;
+            t.month = c.month;
+            t.offset = c.window_offset.count() * us_per_ms;
+            break;
         case config::algorithm::sliding:
             t.bucket = c.precision.count() * us_per_ms;
             t.buckets = t.per / t.bucket;

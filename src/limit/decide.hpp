@@ -22,6 +22,9 @@ using usec = std::int64_t;
 inline constexpr usec no_time = std::numeric_limits<usec>::min();
 
 // A tier in the form decide() uses: durations in microseconds, derived values precomputed.
+// Fixed and sliding buckets are numbered in time shifted by `offset`: bucket i holds
+// [i * bucket, (i + 1) * bucket) - offset, or for a calendar month, month i (year * 12 +
+// month - 1) of that shifted time.
 struct tier {
     std::uint64_t key = 0;  // names the tier's state inside an identifier: a hash of `id`
     std::string id;         // <policy>/<kind>/<algorithm>/<per>/<precision|burst>
@@ -31,6 +34,8 @@ struct tier {
     usec per = 0;
     usec bucket = 0;           // fixed and sliding: the bucket size (fixed: per)
     std::int64_t buckets = 1;  // fixed and sliding: per / bucket
+    bool month = false;        // fixed: a bucket is a calendar month (UTC); per is 31 days
+    usec offset = 0;           // fixed: windows start `offset` after UTC's (-5h: at 05:00 UTC)
     std::int64_t burst = 0;    // gcra
     usec interval = 0;         // gcra emission interval T = ceil(per / limit)
     usec tolerance = 0;        // gcra: burst * T
@@ -97,5 +102,10 @@ inline std::int64_t ceil_ms(usec d) { return d <= 0 ? 0 : (d + 999) / 1000; }
 inline std::int64_t ceil_s(usec d) { return d <= 0 ? 0 : (d + 999'999) / 1'000'000; }
 
 std::uint64_t tier_key_of(std::string_view id);
+
+// Calendar months (proleptic Gregorian, UTC): the month holding instant `t` as year * 12 +
+// month - 1, and the instant month `index` starts.
+std::int64_t month_of(usec t);
+usec month_start(std::int64_t index);
 
 }  // namespace sluice::limit

@@ -1,8 +1,15 @@
 #include "limit/policy.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace sluice::limit {
+
+namespace {
+
+std::string per_text(const config::tier_config& t) { return t.month ? "month" : config::format_duration(t.per); }
+
+}  // namespace
 
 std::string tier_id(std::string_view policy, const config::tier_config& t) {
     using config::algorithm;
@@ -12,13 +19,17 @@ std::string tier_id(std::string_view policy, const config::tier_config& t) {
     id += '/';
     id += config::to_string(t.algo);
     id += '/';
-    id += config::format_duration(t.per);
+    id += per_text(t);
     id += '/';
     switch (t.algo) {
         case algorithm::gcra: id += std::to_string(t.burst); break;
-        case algorithm::log: id += config::format_duration(t.per); break;
+        case algorithm::log: id += per_text(t); break;
         case algorithm::fixed:
-        case algorithm::sliding: id += config::format_duration(t.precision); break;
+        case algorithm::sliding: id += t.month ? "month" : config::format_duration(t.precision); break;
+    }
+    if (t.window_offset.count() != 0) {
+        id += t.window_offset.count() < 0 ? "/-" : "/+";
+        id += config::format_duration(config::duration(std::abs(t.window_offset.count())));
     }
     return id;
 }
@@ -29,7 +40,7 @@ std::vector<std::string> tier_names(const config::policy_config& p) {
         for (const auto& t : *list) tiers.push_back(&t);
     }
     std::vector<std::string> names;
-    for (const auto* t : tiers) names.push_back(t->kind + '-' + config::format_duration(t->per));
+    for (const auto* t : tiers) names.push_back(t->kind + '-' + per_text(*t));
     const auto shared = [](const std::vector<std::string>& all, auto it) {
         return std::count(all.begin(), all.end(), *it) > 1;
     };

@@ -7,9 +7,9 @@ namespace sluice::store::redis_script {
 
 namespace {
 
-char algorithm_code(config::algorithm a) {
-    switch (a) {
-        case config::algorithm::fixed: return 'f';
+char algorithm_code(const limit::tier& t) {
+    switch (t.algo) {
+        case config::algorithm::fixed: return t.month ? 'm' : 'f';
         case config::algorithm::sliding: return 's';
         case config::algorithm::gcra: return 'g';
         case config::algorithm::log: return 'l';
@@ -86,12 +86,12 @@ void build_call(std::vector<std::string>& argv, std::string_view sha, std::strin
     for (const auto& k : r.keys) {
         append_int(argv, static_cast<std::int64_t>(k.tiers.size()));
         for (const auto& t : k.tiers) {
-            argv.emplace_back(1, algorithm_code(t.algo));
+            argv.emplace_back(1, algorithm_code(t));
             append_int(argv, t.limit);
             append_int(argv, t.per);
             append_int(argv, t.bucket);
             append_int(argv, t.buckets);
-            append_int(argv, t.burst);
+            append_int(argv, t.algo == config::algorithm::fixed ? t.offset : t.burst);
             append_int(argv, t.interval);
             append_int(argv, t.tolerance);
             append_int(argv, t.min_interval);

@@ -165,6 +165,84 @@ TEST_CASE("fixed: limit per aligned bucket - exact edges - 2x limit across an ed
     }
 }
 
+namespace {
+
+tier calendar(std::int64_t limit, bool month, std::int64_t per_ms, std::int64_t offset_ms) {
+    sluice::config::tier_config c;
+    c.kind = "ip";
+    c.limit = limit;
+    c.algo = algorithm::fixed;
+    c.month = month;
+    c.per = sluice::config::duration{month ? 31 * 24 * 3'600'000LL : per_ms};
+    c.precision = c.per;
+    c.window_offset = sluice::config::duration{offset_ms};
+    return tier::from(c, "t", "t");
+}
+
+constexpr usec DAY = 24 * HOUR;
+
+}  // namespace
+
+TEST_CASE("calendar months: month_of and month_start agree with the calendar, leap years included") {
+    // 2024-02-29T23:59:59.999999Z is February 2024; 2024-03-01T00:00:00Z starts March.
+    const usec march_2024 = 1'709'251'200 * SEC;
+    CHECK(month_of(march_2024 - 1) == 2024 * 12 + 1);
+    CHECK(month_of(march_2024) == 2024 * 12 + 2);
+    CHECK(month_start(2024 * 12 + 2) == march_2024);
+    CHECK(month_start(2024 * 12 + 2) - month_start(2024 * 12 + 1) == 29 * DAY);  // leap February
+    CHECK(month_start(2023 * 12 + 2) - month_start(2023 * 12 + 1) == 28 * DAY);
+    CHECK(month_start(2100 * 12 + 2) - month_start(2100 * 12 + 1) == 28 * DAY);  // not a leap year
+    CHECK(month_start(2000 * 12 + 2) - month_start(2000 * 12 + 1) == 29 * DAY);  // a leap year
+    CHECK(month_start(1970 * 12) == 0);
+    CHECK(month_of(-1) == 1969 * 12 + 11);
+    for (std::int64_t m = 1969 * 12; m < 2200 * 12; ++m) {
+        CHECK(month_of(month_start(m)) == m);
+        CHECK(month_of(month_start(m) - 1) == m - 1);
+    }
+}
+
+TEST_CASE("fixed per month: the quota resets at the calendar month's start, and says exactly when") {
+    key k;
+    k.tiers.push_back(calendar(3, true, 0, 0));
+    const usec march = 1'709'251'200 * SEC, april = march + 31 * DAY;
+    auto d = expect_allowed(k, march + 10 * DAY, 2);
+    CHECK(d.tiers[0].remaining == 1);
+    CHECK(d.tiers[0].reset == 21 * DAY);  // until 2024-04-01T00:00Z
+    expect_allowed(k, april - 1);
+    expect_denied(k, april - 1, 1, 1);
+    d = expect_allowed(k, april, 3);
+    CHECK(d.tiers[0].reset == 30 * DAY);  // April has 30 days
+    expect_denied(k, april + 5 * DAY, 1, 25 * DAY);
+}
+
+TEST_CASE("window_offset: days and months counted in the customer's time zone") {
+    const usec march = 1'709'251'200 * SEC;  // 2024-03-01T00:00Z: still 29 February, 19:00, at UTC-5
+    SUBCASE("per 1d at -5h: the day starts at 05:00 UTC") {
+        key k;
+        k.tiers.push_back(calendar(2, false, 24 * 3'600'000, -5 * 3'600'000));
+        auto d = expect_allowed(k, march + 4 * HOUR, 2);
+        CHECK(d.tiers[0].reset == HOUR);
+        expect_denied(k, march + 5 * HOUR - 1, 1, 1);
+        d = expect_allowed(k, march + 5 * HOUR);
+        CHECK(d.tiers[0].reset == DAY);
+    }
+    SUBCASE("per month at -5h: March starts at 05:00 UTC on the 1st") {
+        key k;
+        k.tiers.push_back(calendar(1, true, 0, -5 * 3'600'000));
+        expect_allowed(k, march + HOUR);  // still February at UTC-5
+        expect_denied(k, march + 2 * HOUR, 1, 3 * HOUR);
+        auto d = expect_allowed(k, march + 5 * HOUR);
+        CHECK(d.tiers[0].reset == 31 * DAY);
+    }
+    SUBCASE("per 1h at +30m: hours start at half past") {
+        key k;
+        k.tiers.push_back(calendar(1, false, 3'600'000, 30 * 60'000));
+        expect_allowed(k, march + 29 * 60 * SEC);
+        expect_denied(k, march + 29 * 60 * SEC, 1, 60 * SEC);
+        expect_allowed(k, march + 30 * 60 * SEC);
+    }
+}
+
 TEST_CASE("sliding: 10 per 1s with precision 100ms - admitted exactly when the oldest bucket leaves") {
     key k({sliding_spec(10, 1000, 100)});
     const usec B = T0;  // bucket b0 = [B, B+100ms), b3 = [B+300ms, ...), b7 = [B+700ms, ...)

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,13 @@ TEST_CASE("config::shares_counter holds exactly when two tiers would get one id"
                 tiers.push_back(t);
                 t.kind = "user";
                 tiers.push_back(t);
+                if (algo != config::algorithm::fixed) continue;
+                t.window_offset = config::duration{-per.count() / 2};
+                tiers.push_back(t);
+                t.window_offset = config::duration{0};
+                t.month = true;
+                t.per = t.precision = std::chrono::hours(31 * 24);
+                tiers.push_back(t);
             }
         }
     }
@@ -156,4 +164,26 @@ policies:
     CHECK(api.plan_user("pro")->at(0).limit == 10000);
     CHECK_FALSE(ps[1].user_by_plan);
     CHECK(ps[1].plans.empty());
+}
+
+TEST_CASE("calendar tiers: per: month and window_offset are in the id and the name") {
+    auto ps = compile(R"(
+upstream: { url: "http://h" }
+policies:
+  quota:
+    user:
+      - {limit: 100000, per: month, algorithm: fixed}
+      - {limit: 90000, per: month, algorithm: fixed, window_offset: -5h}
+      - {limit: 5000, per: 1d, algorithm: fixed, window_offset: 90m}
+      - {limit: 4000, per: 1d, algorithm: fixed}
+)");
+    REQUIRE(ps.size() == 1);
+    CHECK(ids(ps[0].user) == std::vector<std::string>{"quota/user/fixed/month/month",
+                                                      "quota/user/fixed/month/month/-5h",
+                                                      "quota/user/fixed/24h/24h/+90m", "quota/user/fixed/24h/24h"});
+    CHECK(names(ps[0]) ==
+          std::vector<std::string>{"user-month-fixed", "user-month-fixed-2", "user-24h-fixed", "user-24h-fixed-2"});
+    CHECK(ps[0].user[0].month);
+    CHECK(ps[0].user[1].offset == -5 * 3'600'000'000LL);
+    CHECK(ps[0].user[2].offset == 90 * 60'000'000LL);
 }

@@ -841,6 +841,72 @@ TEST_CASE("redis_script: the script matches decide() on random traces") {
     CHECK(h.denials < h.requests * 9 / 10);
 }
 
+namespace {
+
+// A fixed tier over calendar months (per_ms 0) or `per_ms` windows, shifted by `offset_ms`.
+limit::tier calendar_tier(std::int64_t limit, std::int64_t per_ms, std::int64_t offset_ms, const std::string& id) {
+    config::tier_config c;
+    c.kind = "ip";
+    c.limit = limit;
+    c.algo = algorithm::fixed;
+    c.month = per_ms == 0;
+    c.per = config::duration{c.month ? 31 * 24 * 3'600'000LL : per_ms};
+    c.precision = c.per;
+    c.window_offset = config::duration{offset_ms};
+    return limit::tier::from(c, id, id);
+}
+
+}  // namespace
+
+TEST_CASE("redis_script: calendar months and offset windows match decide() across month and day edges") {
+    redis_server srv;
+    harness h{srv, load_script(srv)};
+    const auto seed = test_seed();
+    INFO("seed " << seed);
+    std::mt19937_64 rng(seed);
+    auto pick = [&](std::int64_t lo, std::int64_t hi) {
+        return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+    };
+    const std::vector<limit::tier> month_tiers{calendar_tier(5, 0, 0, "p/ip/fixed/month/month"),
+                                               calendar_tier(4, 0, -5 * 3'600'000, "p/ip/fixed/month/month/-5h")};
+    const std::vector<limit::tier> day_tiers{calendar_tier(3, 24 * 3'600'000, -5 * 3'600'000, "p/ip/fixed/24h/24h/-5h"),
+                                             calendar_tier(2, 3'600'000, 30 * 60'000, "p/ip/fixed/1h/1h/+30m"),
+                                             calendar_tier(6, 0, 14 * 3'600'000, "p/ip/fixed/month/month/+14h")};
+    // From a month ahead of the clock, through some 30 months: every month length, a leap
+    // February, and each edge hit exactly, 1 µs before and 1 µs after.
+    usec t = limit::month_start(limit::month_of(future_t0()) + 1) - 3 * HOUR;
+    usec retry_at = 0;
+    std::vector<limit::store_key> keys;
+    constexpr usec DAY = 24 * HOUR;
+    for (int n = 0; n < 800; ++n) {
+        keys.clear();
+        const auto who = digest_of(static_cast<unsigned>(pick(0, 1)));
+        if (pick(0, 2) > 0) keys.push_back({'i', who, month_tiers});
+        if (keys.empty() || pick(0, 1)) keys.push_back({'u', who, day_tiers});
+        const auto r = pick(1, 100);
+        usec now = t;
+        if (r <= 25 && retry_at > t) {
+            now = retry_at - pick(0, 1);
+        } else if (r <= 29) {
+            // The next month's edge in one of the tiers' zones (offsets 0, -5h, +14h).
+            const usec shift = pick(0, 2) == 0 ? 0 : pick(0, 1) ? -5 * HOUR : 14 * HOUR;
+            now = limit::month_start(limit::month_of(t + shift) + 1) - shift + pick(-1, 1);
+        } else if (r <= 45) {
+            now = ((t - 5 * HOUR) / DAY + 1) * DAY + 5 * HOUR + pick(-1, 1);  // the next day at 00:00 UTC-5
+        } else if (r <= 60) {
+            now = t + pick(0, 30) * HOUR / 2 + pick(-1, 1);
+        } else {
+            now = t + pick(0, 20 * 60) * SEC;
+        }
+        t = std::max(t, now);
+        const limit::check_request req{keys, pick(1, 2)};
+        auto d = h.step(req, now);
+        retry_at = d.allowed ? 0 : now + d.retry_after;
+    }
+    CHECK(h.denials > h.requests / 10);
+    CHECK(limit::month_of(t) - limit::month_of(future_t0()) > 12);
+}
+
 TEST_CASE("redis_script: on a cluster node, one call per identifier and undo match decide()") {
     redis_server srv(true);
     const auto h = run_mixes(srv, "test_redis_script (cluster)", {every_algorithm, min_interval_heavy}, 6, true);
