@@ -88,8 +88,9 @@ end
 -- (its min_interval not yet passed) an admissible request reports the quota as it stands,
 -- as decide.cpp's check with cost 0 does. Returns ok, remaining, reset, admit_at, then
 -- what commit_buckets needs: the total and the newest count a commit leaves, and the older
--- buckets it keeps ("<index>:<count>," each, oldest first).
-local function check_buckets(v, t_s, t, at, cost, soon, lim, bucket, nb, hz, off, month)
+-- buckets it keeps ("<index>:<count>," each, oldest first); these only if the request is
+-- to be committed (admitted, or `always`).
+local function check_buckets(v, t_s, t, at, cost, soon, always, lim, bucket, nb, hz, off, month)
     local sa = at + off  -- in shifted time: a reset is a difference, the same in both
     local cur
     if month then
@@ -168,9 +169,21 @@ local function check_buckets(v, t_s, t, at, cost, soon, lim, bucket, nb, hz, off
             reset = (first + nb) * bucket - sa
         end
     end
-    if count + cost <= lim then
+    local ok = count + cost <= lim
+    local newest_count, older  -- what a commit leaves (nil: no commit)
+    if (ok and not soon) or always then
+        if not newest_live then
+            newest_count, older = cost, src or ''
+        elseif tot == '' then  -- the newest is the only bucket: count is its count
+            newest_count, older = count + cost, ''
+        else
+            newest_count, older = nw + cost, string.sub(v, q)
+        end
+    end
+    local total = newest_count and count + cost
+    if ok then
         if soon then
-            return true, remaining, reset, 0
+            return true, remaining, reset, 0, total, newest_count, older
         end
         if not first and cost > 0 then
             if month then
@@ -179,13 +192,7 @@ local function check_buckets(v, t_s, t, at, cost, soon, lim, bucket, nb, hz, off
                 reset = (cur + nb) * bucket - sa
             end
         end
-        if newest_live then
-            if tot == '' then  -- the newest is the only bucket: count is its count
-                return true, remaining - cost, reset, 0, count + cost, count + cost, ''
-            end
-            return true, remaining - cost, reset, 0, count + cost, nw + cost, string.sub(v, q)
-        end
-        return true, remaining - cost, reset, 0, count + cost, cost, src or ''
+        return true, remaining - cost, reset, 0, total, newest_count, older
     end
 
     -- Denied: drop live buckets oldest first until the request fits; it is admitted once
@@ -220,7 +227,7 @@ local function check_buckets(v, t_s, t, at, cost, soon, lim, bucket, nb, hz, off
             end
         end
     end
-    return false, remaining, reset, admit_at
+    return false, remaining, reset, admit_at, total, newest_count, older
 end
 
 -- The field of a bucket tier after a commit at `at` (see check_buckets). When `at` falls in
@@ -397,11 +404,17 @@ if ARGV[2] == 'undo' then
 end
 
 -- Parse ARGV -----------------------------------------------------------------------------
--- A last ARGV of 'u' (one identifier only) asks for the undo record of the commit, after
--- the decision: "@t" before and after, then per tier its field before and after and its
--- first log sequence number (all strings, '' for none).
+-- A last ARGV of a single letter is a flag (tier ids hold a '/', so none is mistaken):
+--   'u' (one identifier only) asks for the undo record of the commit, after the decision:
+--       "@t" before and after, then per tier its field before and after and its first log
+--       sequence number (all strings, '' for none);
+--   'p' (a policy's count_rejected): a denied request is committed too, and the reply is
+--       the same request checked again on what it left (decide.cpp's count_rejected);
+--   'q' checks only: nothing is written.
 
-local record = ARGV[#ARGV] == 'u'
+local flag = ARGV[#ARGV]
+local record, always, query = flag == 'u', flag == 'p', flag == 'q'
+local flagged = record or always or query
 local olds
 local cost = ARGV[2]
 if cost == '1' then
@@ -431,240 +444,252 @@ end
 
 -- Check every tier of every identifier ----------------------------------------------------
 
-local allowed, retry_after = 1, 0
-local out = { 0, 0, nil, nil, nil, nil, nil, nil, nil, nil, nil }
-local o = 2  -- the reply's last index written
-local a, k = 4, 1  -- the ARGV index of the next tier count, the next KEYS index
+-- Pass 1 decides, and commits if the request is admitted (or always, under count_rejected).
+-- Pass 2 runs only for a request counted though refused: the same checks on what it left.
+local allowed, retry_after, out, o
+local a, k  -- the ARGV index of the next tier count, the next KEYS index
 -- what an identifier's commit needs: the last one's here, and with several, each one's in
 -- `pending` (one table per call is spared in the common case of one identifier)
 local hash, at, at_s, e_s, horizon, n, has_log, vals, a0
 local pending
-if nkeys > 1 then
-    pending = {}
-end
-for i = 1, nkeys do
-    a0, n = a, ARGV[a]
-    if n == '1' then
-        n = 1
-    elseif n == '2' then
-        n = 2
-    else
-        n = tonumber(n)
+for pass = 1, 2 do
+    allowed, retry_after = 1, 0
+    out = { 0, 0, nil, nil, nil, nil, nil, nil, nil, nil, nil }
+    o = 2  -- the reply's last index written
+    a, k = 4, 1
+    if nkeys > 1 then
+        pending = {}
     end
-    hash = KEYS[k]
-    if not n or not hash or not ARGV[a + 11 * n] then
-        return redis.error_reply(ERR .. 'bad tier count')
-    end
-    k = k + 1
-    if n == 1 then
-        vals = call('HMGET', hash, '@t', '@e', ARGV[a + 11])
-    elseif n == 2 then
-        vals = call('HMGET', hash, '@t', '@e', ARGV[a + 11], ARGV[a + 22])
-    else
-        local fields = { '@t', '@e' }
-        for j = 1, n do
-            fields[j + 2] = ARGV[a + 11 * j]
+    for i = 1, nkeys do
+        a0, n = a, ARGV[a]
+        if n == '1' then
+            n = 1
+        elseif n == '2' then
+            n = 2
+        else
+            n = tonumber(n)
         end
-        vals = call('HMGET', hash, unpack(fields))
-    end
-    -- the key's clock never goes back before its "@t"
-    local t_s = vals[1]
-    local t
-    at, at_s = now, nil
-    if t_s then
-        t = t_s + 0
-        if t >= at then
-            at, at_s = t, t_s
+        hash = KEYS[k]
+        if not n or not hash or not ARGV[a + 11 * n] then
+            return redis.error_reply(ERR .. 'bad tier count')
         end
-    end
-    if not at_s then
-        at_s = fmt('%d', at)
-    end
-    e_s, horizon, has_log = vals[2], 0, false
-    if record then
-        olds = { vals[1] or '' }
+        k = k + 1
+        if n == 1 then
+            vals = call('HMGET', hash, '@t', '@e', ARGV[a + 11])
+        elseif n == 2 then
+            vals = call('HMGET', hash, '@t', '@e', ARGV[a + 11], ARGV[a + 22])
+        else
+            local fields = { '@t', '@e' }
+            for j = 1, n do
+                fields[j + 2] = ARGV[a + 11 * j]
+            end
+            vals = call('HMGET', hash, unpack(fields))
+        end
+        -- the key's clock never goes back before its "@t"
+        local t_s = vals[1]
+        local t
+        at, at_s = now, nil
+        if t_s then
+            t = t_s + 0
+            if t >= at then
+                at, at_s = t, t_s
+            end
+        end
+        if not at_s then
+            at_s = fmt('%d', at)
+        end
+        e_s, horizon, has_log = vals[2], 0, false
+        if record then
+            olds = { vals[1] or '' }
+            for j = 3, n + 2 do
+                olds[j] = vals[j] or ''
+            end
+        end
+
         for j = 3, n + 2 do
-            olds[j] = vals[j] or ''
-        end
-    end
-
-    for j = 3, n + 2 do
-        local algo = ARGV[a + 1]
-        local hz = ARGV[a + 10] + 0
-        if hz > horizon then
-            horizon = hz
-        end
-        local v = vals[j]
-        -- check min_interval: `soon` until interval_ok_at, min_interval after the tier's
-        -- last admission (its field's <last>, most often "@t")
-        local mi = ARGV[a + 9]
-        local soon, interval_ok_at = false, 0
-        if v and mi ~= '0' then
-            mi = mi + 0
-            local last = match(v, '^%d+')
-            if last == t_s then
-                last = t
-            else
-                last = last + 0
+            local algo = ARGV[a + 1]
+            local hz = ARGV[a + 10] + 0
+            if hz > horizon then
+                horizon = hz
             end
-            soon = mi > 0 and at - last < mi
-            interval_ok_at = last + mi
-        end
-
-        local ok, remaining, reset, admit_at, value
-        if algo == 'f' or algo == 's' or algo == 'm' then
-            local bucket = ARGV[a + 4] + 0
-            if not (bucket > 0) then
-                return redis.error_reply(ERR .. 'bad bucket')
-            end
-            local nb = ARGV[a + 5]
-            if nb == '1' then
-                nb = 1
-            else
-                nb = nb + 0
-            end
-            local off = 0
-            if algo ~= 's' then
-                off = ARGV[a + 6]
-                if off == '0' then
-                    off = 0
+            local v = vals[j]
+            -- check min_interval: `soon` until interval_ok_at, min_interval after the tier's
+            -- last admission (its field's <last>, most often "@t")
+            local mi = ARGV[a + 9]
+            local soon, interval_ok_at = false, 0
+            if v and mi ~= '0' then
+                mi = mi + 0
+                local last = match(v, '^%d+')
+                if last == t_s then
+                    last = t
                 else
-                    off = off + 0
+                    last = last + 0
+                end
+                soon = mi > 0 and at - last < mi
+                interval_ok_at = last + mi
+            end
+
+            local ok, remaining, reset, admit_at, value
+            if algo == 'f' or algo == 's' or algo == 'm' then
+                local bucket = ARGV[a + 4] + 0
+                if not (bucket > 0) then
+                    return redis.error_reply(ERR .. 'bad bucket')
+                end
+                local nb = ARGV[a + 5]
+                if nb == '1' then
+                    nb = 1
+                else
+                    nb = nb + 0
+                end
+                local off = 0
+                if algo ~= 's' then
+                    off = ARGV[a + 6]
+                    if off == '0' then
+                        off = 0
+                    else
+                        off = off + 0
+                    end
+                end
+                local total, newest, older
+                ok, remaining, reset, admit_at, total, newest, older =
+                    check_buckets(v, t_s, t, at, cost, soon, always, ARGV[a + 2] + 0, bucket, nb, hz, off, algo == 'm')
+                if total then
+                    value = commit_buckets(at_s, total, newest, older)
+                end
+            elseif algo == 'g' then
+                local T = ARGV[a + 7] + 0
+                if not (T > 0) then
+                    return redis.error_reply(ERR .. 'bad interval')
+                end
+                local tat
+                ok, remaining, reset, admit_at, tat = check_gcra(v, t_s, t, at, cost, soon, T, ARGV[a + 8] + 0)
+                if (ok and not soon) or always then
+                    value = fmt('%s;%d', at_s, tat - at)  -- commit_gcra
+                end
+            elseif algo == 'l' then
+                local zset = KEYS[k]
+                if not zset then
+                    return redis.error_reply(ERR .. 'missing log key')
+                end
+                k = k + 1
+                has_log = true
+                local per = ARGV[a + 3] + 0
+                local count
+                ok, remaining, reset, admit_at, count = check_log(zset, at, cost, soon, ARGV[a + 2] + 0, per, hz)
+                if (ok and not soon) or always then
+                    value = { zset, v, count, per, hz }  -- for commit_log
+                end
+            else
+                return redis.error_reply(ERR .. 'bad algorithm')
+            end
+            if soon then
+                -- both constraints only loosen as time passes: the later instant meets both
+                if interval_ok_at > admit_at then
+                    admit_at = interval_ok_at
+                end
+                ok = false
+            end
+
+            out[o + 1] = remaining
+            out[o + 2] = reset + (at - now)
+            if ok then
+                out[o + 3] = 1
+            else
+                out[o + 3] = 0
+                allowed = 0
+                if admit_at - now > retry_after then
+                    retry_after = admit_at - now
                 end
             end
-            local total, newest, older
-            ok, remaining, reset, admit_at, total, newest, older =
-                check_buckets(v, t_s, t, at, cost, soon, ARGV[a + 2] + 0, bucket, nb, hz, off, algo == 'm')
-            if total then
-                value = commit_buckets(at_s, total, newest, older)
-            end
-        elseif algo == 'g' then
-            local T = ARGV[a + 7] + 0
-            if not (T > 0) then
-                return redis.error_reply(ERR .. 'bad interval')
-            end
-            local tat
-            ok, remaining, reset, admit_at, tat = check_gcra(v, t_s, t, at, cost, soon, T, ARGV[a + 8] + 0)
-            if ok and not soon then
-                value = fmt('%s;%d', at_s, tat - at)  -- commit_gcra
-            end
-        elseif algo == 'l' then
-            local zset = KEYS[k]
-            if not zset then
-                return redis.error_reply(ERR .. 'missing log key')
-            end
-            k = k + 1
-            has_log = true
-            local per = ARGV[a + 3] + 0
-            local count
-            ok, remaining, reset, admit_at, count = check_log(zset, at, cost, soon, ARGV[a + 2] + 0, per, hz)
-            if ok and not soon then
-                value = { zset, v, count, per, hz }  -- for commit_log
-            end
-        else
-            return redis.error_reply(ERR .. 'bad algorithm')
+            o = o + 3
+            vals[j] = value
+            a = a + 11
         end
-        if soon then
-            -- both constraints only loosen as time passes: the later instant meets both
-            if interval_ok_at > admit_at then
-                admit_at = interval_ok_at
-            end
-            ok = false
+        a = a + 1
+        if pending then
+            pending[i] = { hash, at, at_s, e_s, horizon, n, has_log, vals, a0 }
         end
+    end
+    if record then
+        if nkeys ~= 1 then
+            return redis.error_reply(ERR .. 'an undo record is for one identifier')
+        end
+    end
+    if flagged then
+        a = a + 1
+    end
+    if a - 1 ~= #ARGV or k - 1 ~= #KEYS then
+        return redis.error_reply(ERR .. 'argument count mismatch')
+    end
+    out[1] = allowed
+    out[2] = retry_after
+    if query or (allowed == 0 and not always) then
+        return out  -- a denial writes nothing (but under count_rejected), a query never
+    end
 
-        out[o + 1] = remaining
-        out[o + 2] = reset + (at - now)
-        if ok then
-            out[o + 3] = 1
-        else
-            out[o + 3] = 0
-            allowed = 0
-            if admit_at - now > retry_after then
-                retry_after = admit_at - now
-            end
-        end
-        o = o + 3
-        vals[j] = value
-        a = a + 11
-    end
-    a = a + 1
-    if pending then
-        pending[i] = { hash, at, at_s, e_s, horizon, n, has_log, vals, a0 }
-    end
-end
-if record then
-    if nkeys ~= 1 then
-        return redis.error_reply(ERR .. 'an undo record is for one identifier')
-    end
-    a = a + 1
-end
-if a - 1 ~= #ARGV or k - 1 ~= #KEYS then
-    return redis.error_reply(ERR .. 'argument count mismatch')
-end
-out[1] = allowed
-out[2] = retry_after
-if allowed == 0 then
-    return out  -- a denial writes nothing
-end
+    -- Commit each identifier -------------------------------------------------------------------
+    -- vals[j + 2] holds tier j's new field (a log tier: commit_log's arguments); a0 is the
+    -- ARGV index of the identifier's tier count. Each key then lives `horizon` (its longest)
+    -- past max(at, clock): its expiry (ms) only grows, and when it must, with horizon / 8 of
+    -- slack, so that a busy key is not extended on every request; "@e" remembers it.
 
--- Commit each identifier -------------------------------------------------------------------
--- vals[j + 2] holds tier j's new field (a log tier: commit_log's arguments); a0 is the
--- ARGV index of the identifier's tier count. Each key then lives `horizon` (its longest)
--- past max(at, clock): its expiry (ms) only grows, and when it must, with horizon / 8 of
--- slack, so that a busy key is not extended on every request; "@e" remembers it.
-
-for i = 1, nkeys do
-    if pending then
-        hash, at, at_s, e_s, horizon, n, has_log, vals, a0 = unpack(pending[i])
-    end
-    if n > 0 then  -- a key without tiers is not written
-        local from = at
-        if clock > from then
-            from = clock
+    for i = 1, nkeys do
+        if pending then
+            hash, at, at_s, e_s, horizon, n, has_log, vals, a0 = unpack(pending[i])
         end
-        if has_log then
-            -- An undo puts "@t" back: entries still live at the key's old clock must stay.
-            local drop = at
-            if record then
-                drop = tonumber(olds[1]) or 0
+        if n > 0 then  -- a key without tiers is not written
+            local from = at
+            if clock > from then
+                from = clock
             end
-            for j = 3, n + 2 do
-                if ARGV[a0 + 11 * j - 32] == 'l' then
-                    local c = vals[j]
-                    local seq
-                    vals[j], seq = commit_log(c[1], c[2], c[3], c[4], c[5], at, at_s, from, cost, drop)
-                    if record then
-                        olds[j + n] = fmt('%d', seq)
+            if has_log then
+                -- An undo puts "@t" back: entries still live at the key's old clock must stay.
+                local drop = at
+                if record then
+                    drop = tonumber(olds[1]) or 0
+                end
+                for j = 3, n + 2 do
+                    if ARGV[a0 + 11 * j - 32] == 'l' then
+                        local c = vals[j]
+                        local seq
+                        vals[j], seq = commit_log(c[1], c[2], c[3], c[4], c[5], at, at_s, from, cost, drop)
+                        if record then
+                            olds[j + n] = fmt('%d', seq)
+                        end
                     end
                 end
             end
-        end
-        local e  -- a new "@e" (nil: the TTL is long enough)
-        local need = from + horizon + 999
-        need = (need - need % 1000) / 1000
-        if not e_s or e_s + 0 < need then
-            e = fmt('%d', need + (horizon - horizon % 8000) / 8000)
-        end
-        if not e and n == 1 then
-            call('HSET', hash, '@t', at_s, ARGV[a0 + 11], vals[3])
-        elseif not e and n == 2 then
-            call('HSET', hash, '@t', at_s, ARGV[a0 + 11], vals[3], ARGV[a0 + 22], vals[4])
-        else
-            local hset = { '@t', at_s }
-            for j = 1, n do
-                hset[2 * j + 1] = ARGV[a0 + 11 * j]
-                hset[2 * j + 2] = vals[j + 2]
+            local e  -- a new "@e" (nil: the TTL is long enough)
+            local need = from + horizon + 999
+            need = (need - need % 1000) / 1000
+            if not e_s or e_s + 0 < need then
+                e = fmt('%d', need + (horizon - horizon % 8000) / 8000)
             end
-            if e then
-                hset[2 * n + 3] = '@e'
-                hset[2 * n + 4] = e
-            end
-            call('HSET', hash, unpack(hset))
-            if e then
-                call('PEXPIREAT', hash, e)  -- after HSET, which may have made the HASH
+            if not e and n == 1 then
+                call('HSET', hash, '@t', at_s, ARGV[a0 + 11], vals[3])
+            elseif not e and n == 2 then
+                call('HSET', hash, '@t', at_s, ARGV[a0 + 11], vals[3], ARGV[a0 + 22], vals[4])
+            else
+                local hset = { '@t', at_s }
+                for j = 1, n do
+                    hset[2 * j + 1] = ARGV[a0 + 11 * j]
+                    hset[2 * j + 2] = vals[j + 2]
+                end
+                if e then
+                    hset[2 * n + 3] = '@e'
+                    hset[2 * n + 4] = e
+                end
+                call('HSET', hash, unpack(hset))
+                if e then
+                    call('PEXPIREAT', hash, e)  -- after HSET, which may have made the HASH
+                end
             end
         end
     end
+    if allowed == 1 then
+        break
+    end
+    always = false  -- pass 2 only checks
 end
 if record then
     o = #out

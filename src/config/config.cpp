@@ -83,6 +83,12 @@ constexpr std::string_view reserved_policy_name = R"("none" is reserved: a route
 constexpr std::string_view bad_offset = "expected a duration like -5h or 30m";
 constexpr std::string_view month_fixed_only = "per: month is for algorithm: fixed (calendar windows)";
 constexpr std::string_view offset_fixed_only = "window_offset is for algorithm: fixed";
+constexpr std::string_view count_rejected_with_log =
+    "count_rejected cannot apply to log tiers (a log would keep every refused request)";
+constexpr std::string_view cost_header_needs_max_cost =
+    "cost_header needs max_cost (the most one request may be charged)";
+constexpr std::string_view max_cost_needs_cost_header = "max_cost applies with cost_header only";
+constexpr std::string_view cost_header_needs_policy = "cost_header needs a route with a policy (not none)";
 constexpr std::string_view policy_without_tiers = "policy has no tiers, expected ip or user";
 constexpr std::string_view plan_without_tiers = "plan has no tiers, expected user: [ ... ]";
 constexpr std::string_view plan_policy_needs_plans = "user: plan needs plans (plans.<name>.user)";
@@ -946,11 +952,21 @@ std::vector<tier_config> read_tiers(const node_ref& v, const std::string& kind) 
     return out;
 }
 
+bool has_log_tier(const std::vector<tier_config>& tiers) {
+    return std::any_of(tiers.begin(), tiers.end(), [](const tier_config& t) { return t.algo == algorithm::log; });
+}
+
 policy_config read_policy(const node_ref& n, const std::string& name) {
     policy_config p;
+    std::optional<node_ref> count_rejected_at;
     p.name = name;
     read_mapping(n, {
                         {"shadow", [&](const node_ref& v) { p.shadow = schema::read_bool(v); }},
+                        {"count_rejected",
+                         [&](const node_ref& v) {
+                             p.count_rejected = schema::read_bool(v);
+                             count_rejected_at = v;
+                         }},
                         {"ip", [&](const node_ref& v) { p.ip = read_tiers(v, "ip"); }},
                         {"user",
                          [&](const node_ref& v) {
@@ -963,6 +979,9 @@ policy_config read_policy(const node_ref& n, const std::string& name) {
                          }},
                     });
     if (p.ip.empty() && p.user.empty() && !p.user_by_plan) n.fail(policy_without_tiers);
+    if (p.count_rejected && (has_log_tier(p.ip) || has_log_tier(p.user))) {
+        count_rejected_at->fail(count_rejected_with_log);
+    }
     return p;
 }
 
@@ -997,6 +1016,14 @@ void check_plans(const config& c) {
     for (const auto& p : c.policies) {
         if (p.user_by_plan && c.plans.empty())
             throw config_error(p.user_at + ": " + std::string(plan_policy_needs_plans));
+        if (!p.user_by_plan || !p.count_rejected) continue;
+        for (const auto& plan : c.plans) {
+            if (has_log_tier(plan.user)) {
+                std::string why(count_rejected_with_log);
+                why.append(", and plans.").append(plan.name).append(" has one");
+                throw config_error(p.user_at + ": " + why);
+            }
+        }
     }
 }
 
@@ -1004,7 +1031,7 @@ void check_plans(const config& c) {
 
 // Where a route names its policy and cost: checked once every policy is known.
 struct route_nodes {
-    std::optional<node_ref> policy, cost;
+    std::optional<node_ref> policy, cost, cost_header, max_cost;
 };
 
 std::string read_method(const node_ref& v) { return to_upper(read_checked(v, is_token, bad_method)); }
@@ -1044,8 +1071,21 @@ route_config read_route(const node_ref& n, route_nodes& at) {
                              at.cost = v;
                          }},
                         {"name", [&](const node_ref& v) { r.name = read_string(v); }},
+                        {"cost_header",
+                         [&](const node_ref& v) {
+                             r.cost_header = read_checked(v, is_token, bad_header_name);
+                             at.cost_header = v;
+                         }},
+                        {"max_cost",
+                         [&](const node_ref& v) {
+                             r.max_cost = read_count(v);
+                             at.max_cost = v;
+                         }},
                     });
     if (r.name.empty()) r.name = r.path.empty() ? r.path_prefix + "*" : r.path;
+    if (at.cost_header && !at.max_cost) at.cost_header->fail_at_key(cost_header_needs_max_cost);
+    if (at.max_cost && !at.cost_header) at.max_cost->fail_at_key(max_cost_needs_cost_header);
+    if (at.max_cost && r.max_cost < r.cost) at.max_cost->fail("must be at least the route's cost");
     return r;
 }
 
@@ -1070,17 +1110,25 @@ void check_cost(const node_ref& at, std::int64_t cost, const std::vector<tier_co
     }
 }
 
+// A cost (a route's, or the most an upstream may report) must fit every tier it may meet.
+void check_cost_fits(const config& c, const node_ref& at, std::int64_t cost, const policy_config& p) {
+    check_cost(at, cost, p.ip, "policies." + p.name + ".ip");
+    check_cost(at, cost, p.user, "policies." + p.name + ".user");
+    if (!p.user_by_plan) return;
+    for (const auto& plan : c.plans) check_cost(at, cost, plan.user, "plans." + plan.name + ".user");
+}
+
 void check_routes(const config& c, const std::vector<route_nodes>& at) {
     for (std::size_t i = 0; i < c.routes.size(); ++i) {
         const route_config& r = c.routes[i];
-        if (r.policy == "none") continue;
+        if (r.policy == "none") {
+            if (at[i].cost_header) at[i].cost_header->fail_at_key(cost_header_needs_policy);
+            continue;
+        }
         const policy_config* p = c.find_policy(r.policy);
         if (p == nullptr) at[i].policy->fail("no policy named \"" + r.policy + "\"");
-        if (!at[i].cost) continue;
-        check_cost(*at[i].cost, r.cost, p->ip, "policies." + p->name + ".ip");
-        check_cost(*at[i].cost, r.cost, p->user, "policies." + p->name + ".user");
-        if (!p->user_by_plan) continue;
-        for (const auto& plan : c.plans) check_cost(*at[i].cost, r.cost, plan.user, "plans." + plan.name + ".user");
+        if (at[i].cost) check_cost_fits(c, *at[i].cost, r.cost, *p);
+        if (at[i].max_cost) check_cost_fits(c, *at[i].max_cost, r.max_cost, *p);
     }
 }
 

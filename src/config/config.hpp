@@ -231,8 +231,9 @@ struct policy_config {
     std::string name;
     bool shadow = false;
     std::vector<tier_config> ip, user;
-    bool user_by_plan = false;  // `user: plan`: the user tiers are the caller's plan's (`user` is empty)
-    std::string user_at;        // where `user: plan` was written
+    bool user_by_plan = false;    // `user: plan`: the user tiers are the caller's plan's (`user` is empty)
+    std::string user_at;          // where `user: plan` was written
+    bool count_rejected = false;  // penalty mode: refused requests count too (no log tiers)
 
     bool operator==(const policy_config&) const = default;
 };
@@ -254,6 +255,8 @@ struct route_config {
     bool case_insensitive = false;     // compare paths ASCII-lowercased (upstreams that ignore case)
     std::string policy;                // a policy name, or "none" (unlimited)
     std::int64_t cost = 1;             // >= 1 and <= every tier's limit (and gcra burst) of the policy
+    std::string cost_header;           // the upstream's response field reporting the request's cost ("" = none)
+    std::int64_t max_cost = 0;         // with cost_header: the most charged (>= cost, fits like cost)
     std::string path_at;               // "FILE:LINE:COLUMN: routes[i].match.path": for the router's errors
 
     bool operator==(const route_config&) const = default;

@@ -59,7 +59,7 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
             keys_[n++] = {'u', cached_user_hash_, tiers};
         }
     }
-    request_ = {std::span(keys_.data(), n), cost};
+    request_ = {std::span(keys_.data(), n), cost, p.count_rejected};
     if (n > 0) {
         out.id_kind = keys_[n - 1].kind;  // the user when there is one
         out.id = keys_[n - 1].id;

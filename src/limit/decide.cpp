@@ -255,7 +255,9 @@ const tier_result* decision::tightest() const {
     return best;
 }
 
-decision decide(std::span<const key_request> keys, usec now, std::int64_t cost) {
+namespace {
+
+decision check_all(std::span<const key_request> keys, usec now, std::int64_t cost) {
     decision d;
     for (std::size_t k = 0; k < keys.size(); ++k) {
         key_state& ks = *keys[k].state;
@@ -274,7 +276,10 @@ decision decide(std::span<const key_request> keys, usec now, std::int64_t cost) 
             }
         }
     }
-    if (!d.allowed) return d;
+    return d;
+}
+
+void commit_all(std::span<const key_request> keys, usec now, std::int64_t cost) {
     for (const auto& kr : keys) {
         key_state& ks = *kr.state;
         const usec at = std::max(now, ks.last_time);
@@ -284,7 +289,16 @@ decision decide(std::span<const key_request> keys, usec now, std::int64_t cost) 
         }
         ks.last_time = at;
     }
-    return d;
+}
+
+}  // namespace
+
+decision decide(std::span<const key_request> keys, usec now, std::int64_t cost, bool count_rejected) {
+    decision d = check_all(keys, now, cost);
+    if (!d.allowed && !count_rejected) return d;
+    commit_all(keys, now, cost);
+    if (d.allowed) return d;
+    return check_all(keys, now, cost);  // counted though refused: it only pushed admission later
 }
 
 }  // namespace sluice::limit

@@ -95,7 +95,11 @@ struct decision {
 
 // Checks every tier of every key, and only if all admit, commits `cost` to each of them.
 // A denial changes nothing. `now` is clamped per key to its last_time.
-decision decide(std::span<const key_request> keys, usec now, std::int64_t cost);
+//
+// With count_rejected (a policy's penalty mode) a denied request is committed too, and the
+// decision is the check of the same request after that commit: the tiers as they now stand,
+// and retry_after the instant this request would next be admitted.
+decision decide(std::span<const key_request> keys, usec now, std::int64_t cost, bool count_rejected = false);
 
 // Rounds a duration in microseconds up to whole milliseconds / seconds.
 inline std::int64_t ceil_ms(usec d) { return d <= 0 ? 0 : (d + 999) / 1000; }

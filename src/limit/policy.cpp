@@ -70,7 +70,7 @@ std::vector<policy> compile_policies(const config::config& c) {
     std::vector<policy> out;
     out.reserve(c.policies.size());
     for (const auto& pc : c.policies) {
-        policy p{pc.name, pc.shadow, {}, {}, 0, pc.user_by_plan, {}};
+        policy p{pc.name, pc.shadow, {}, {}, 0, pc.user_by_plan, {}, pc.count_rejected};
         const auto names = tier_names(pc);
         std::size_t n = 0;
         for (const auto& t : pc.ip) p.ip.push_back(tier::from(t, tier_id(pc.name, t), names[n++]));

@@ -31,6 +31,7 @@ struct store_key {
 struct check_request {
     std::span<const store_key> keys;
     std::int64_t cost = 1;
+    bool count_rejected = false;  // a denial is counted too (limit::decide)
 };
 
 struct check_result {

@@ -183,6 +183,7 @@ void write_response_head(std::string& out, const http::message_head& resp, const
         if (is_hop_by_hop(resp, f, tokens)) continue;
         if (f.name == bhttp::content_length && !keep_length) continue;
         if (f.name == bhttp::via) continue;  // joined below
+        if (!ctx.drop.empty() && boost::beast::iequals(resp.name(f), ctx.drop)) continue;
         append_field(out, resp.name(f), resp.value(f));
     }
     append_list(

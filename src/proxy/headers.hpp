@@ -54,6 +54,7 @@ struct response_context {
     bool client_http10 = false;
     bool upgrade = false;      // a 101 being relayed
     std::string_view extra{};  // complete field lines added by Sluice (rate-limit fields)
+    std::string_view drop{};   // a field name not relayed, compared case-insensitively (a route's cost_header)
 };
 
 // Appends the status line and header block sent to the client.

@@ -70,6 +70,8 @@ router::router(const config::config& c, const std::vector<limit::policy>& polici
         r.methods = rc.methods;
         r.host = rc.host;
         r.cost = rc.cost;
+        r.cost_header = rc.cost_header;
+        r.max_cost = rc.max_cost;
         for (const auto& p : policies)
             if (p.name == rc.policy) r.limits = &p;
         routes_.push_back(std::move(r));

@@ -22,6 +22,8 @@ struct route {
     bool case_insensitive = false;          // path and path_prefix are then lower case
     const limit::policy* limits = nullptr;  // null: unlimited
     std::int64_t cost = 1;
+    std::string cost_header;      // the upstream reports the request's whole cost here ("" = none)
+    std::int64_t max_cost = 0;    // the most a report is taken as
     std::size_t metric_slot = 0;  // index for per-route metrics
 };
 

@@ -8,6 +8,10 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 
+#include <algorithm>
+#include <charconv>
+#include <limits>
+
 namespace sluice::server {
 
 namespace asio = boost::asio;
@@ -21,6 +25,28 @@ using proxy::relay;
 namespace fail = http::fail;
 
 namespace {
+
+// What a response's cost field charges beyond the route's cost: its value (a plain decimal
+// number, taken up to max_cost) minus the cost already paid. A field that is absent, given
+// twice or not a number charges nothing.
+std::int64_t reported_charge(const http::message_head& resp, const route::route& r) {
+    std::string_view value;
+    int seen = 0;
+    for (const auto& f : resp.fields()) {
+        if (!boost::beast::iequals(resp.name(f), r.cost_header)) continue;
+        value = resp.value(f);
+        ++seen;
+    }
+    std::uint64_t n = 0;
+    if (seen != 1 || value.empty()) return 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec == std::errc::result_out_of_range)
+        n = std::numeric_limits<std::uint64_t>::max();
+    else if (ec != std::errc() || end != value.data() + value.size())
+        return 0;
+    const auto cost = static_cast<std::int64_t>(std::min<std::uint64_t>(n, static_cast<std::uint64_t>(r.max_cost)));
+    return std::max<std::int64_t>(0, cost - r.cost);
+}
 
 awaitable<error_code> wait_readable(tcp::socket& s) {
     auto [ec] = co_await s.async_wait(tcp::socket::wait_read, http::use_tuple);
@@ -226,12 +252,18 @@ awaitable<after> session::relay_response() {
                          : head_.version >= 11 ? body_framing::chunked
                                                : body_framing::until_close;
     const bool keep = may_keep_alive() && framing != body_framing::until_close;
+    std::string_view cost_header;
+    if (req_.route && !req_.route->cost_header.empty()) {
+        cost_header = req_.route->cost_header;
+        req_.charge = reported_charge(resp_, *req_.route);
+    }
     out_.clear();
     proxy::write_response_head(out_, resp_,
                                {.head_request = head_.method == bhttp::verb::head,
                                 .keep_alive = keep,
                                 .client_http10 = head_.version < 11,
-                                .extra = req_.outcome.fields},
+                                .extra = req_.outcome.fields,
+                                .drop = cost_header},
                                framing, length.value_or(0));
     resp_sink_.mode = framing == body_framing::chunked ? http::body_sink::framing::chunked
                       : no_body                        ? http::body_sink::framing::none
@@ -242,6 +274,7 @@ awaitable<after> session::relay_response() {
     // Pooled again only when the response ended exactly at its framing, after the whole
     // request went out (pool::give_back also wants nothing more buffered).
     release_upstream(r.failed == proxy::pump_result::ok && rp.keep_alive() && !req_.early_answer);
+    co_await charge_reported_cost();
     // Closing by our own decision, the client may have sent more (a pipelined request, the
     // rest of a body): linger, or its unread bytes would reset the connection under the answer.
     const after done = keep ? after::keep_alive : after::linger;

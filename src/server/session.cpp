@@ -64,6 +64,7 @@ void request_state::reset(std::size_t unmatched_slot) {
     status = 0;
     open = false;
     early_answer = false;
+    charge = 0;
     body.clear();
 }
 
@@ -216,6 +217,20 @@ awaitable<void> session::check_limits() {
     if (!result) result = co_await w_.store.check(admission_.request());
     w_.metrics.store_called(std::chrono::duration<double>(clock::now() - asked).count());
     admission_.conclude(ctx, *r->limits, *result, w_.metrics, req_.outcome);
+}
+
+// The upstream reported more than the route's cost (cost_header): the rest is charged to the
+// same identifiers now, counted even past their limits (the response is already on its way),
+// so the next requests see it.
+awaitable<void> session::charge_reported_cost() {
+    const std::string_view decided = req_.outcome.decision;
+    if (req_.charge <= 0 || (decided != "allowed" && decided != "shadow_limited")) co_return;
+    limit::check_request r = admission_.request();
+    r.cost = req_.charge;
+    r.count_rejected = true;
+    auto result = w_.store.try_check(r);
+    if (!result) result = co_await w_.store.check(r);
+    if (result->state == limit::check_result::status::error) w_.metrics.store_failed();
 }
 
 bool session::may_keep_alive() const {

@@ -48,6 +48,7 @@ struct request_state {
     unsigned status = 0;                 // the answer's status; 0 until one was chosen
     bool open = false;                   // a request began and is not yet logged
     bool early_answer = false;           // the upstream answered before taking the whole body
+    std::int64_t charge = 0;             // cost the upstream reported beyond the route's (cost_header)
     proxy::body_deadline body_deadline;  // when the request body must have arrived
     std::string body;                    // the request body read ahead (request_buffering)
 
@@ -79,6 +80,7 @@ private:
     boost::asio::awaitable<head_status> read_head();
     std::optional<failure> check_head();
     boost::asio::awaitable<void> check_limits();
+    boost::asio::awaitable<void> charge_reported_cost();
     boost::asio::awaitable<after> respond(const failure& f);
     boost::asio::awaitable<after> respond_limited();
     boost::asio::awaitable<void> linger();

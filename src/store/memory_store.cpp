@@ -98,7 +98,7 @@ std::optional<limit::check_result> memory_store::try_check(const limit::check_re
         reqs[i] = {&entries[i]->state, r.keys[i].tiers};
     }
     limit::check_result out;
-    out.verdict = limit::decide(std::span(reqs.data(), n), now, r.cost);
+    out.verdict = limit::decide(std::span(reqs.data(), n), now, r.cost, r.count_rejected);
     // A key created for a request that was then denied holds nothing: drop it again.
     for (std::size_t i = 0; i < n; ++i)
         if (inserted[i] && entries[i]->state.tiers.empty()) erase(stripes_[stripe_of(r.keys[i].id)], *entries[i]);

@@ -61,7 +61,7 @@ std::string log_key_name(std::string_view key_prefix, const limit::store_key& k,
 }
 
 void build_call(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
-                const limit::check_request& r, std::optional<limit::usec> now_override, bool with_undo) {
+                const limit::check_request& r, std::optional<limit::usec> now_override, call_flag flag) {
     argv.emplace_back("EVALSHA");
     argv.emplace_back(sha);
     const std::size_t numkeys_at = argv.size();
@@ -99,7 +99,13 @@ void build_call(std::vector<std::string>& argv, std::string_view sha, std::strin
             argv.push_back(t.id);
         }
     }
-    if (with_undo) argv.emplace_back("u");
+    switch (flag) {
+        case call_flag::none:
+            if (r.count_rejected) argv.emplace_back("p");
+            break;
+        case call_flag::undo: argv.emplace_back("u"); break;
+        case call_flag::query: argv.emplace_back("q"); break;
+    }
 }
 
 void build_undo(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,

@@ -42,12 +42,18 @@ struct undo_record {
     std::vector<field> tiers;       // in tier order
 };
 
+// What a call asks beyond the decision:
+//   none   nothing (a count_rejected request is committed even when denied: flag 'p');
+//   undo   (a request of one identifier, not count_rejected) the reply carries the commit's
+//          undo_record;
+//   query  check only: nothing is written.
+enum class call_flag { none, undo, query };
+
 // Appends the full EVALSHA command: "EVALSHA", sha, numkeys, KEYS..., ARGV...
 // `now_override` is for tests only: production passes "" and the script reads TIME.
-// `with_undo` (a request of one identifier): the reply carries the commit's undo_record.
 void build_call(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
                 const limit::check_request& r, std::optional<limit::usec> now_override = std::nullopt,
-                bool with_undo = false);
+                call_flag flag = call_flag::none);
 
 // The decision, or status::error with a short message for error replies / malformed replies.
 // Fills decision.tiers with pointers to the request's tiers (in request order), key_index set.

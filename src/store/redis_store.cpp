@@ -87,7 +87,8 @@ limit::check_result redis_store::failed(const char* why) {
 
 std::optional<limit::check_result> redis_store::try_check(const limit::check_request& r) {
     try {
-        if (auto denied = cache_.find(r, redis_clock::now())) {
+        // A count_rejected denial must reach the store: it is counted there.
+        if (auto denied = r.count_rejected ? std::nullopt : cache_.find(r, redis_clock::now())) {
             counters_->deny_cache_hits.add();
             counters_->deny_cache_size.set(cache_.size());
             limit::check_result out;
@@ -121,7 +122,7 @@ boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_requ
             counters_->errors.add();
             co_return out;
         }
-        if (!out.verdict.allowed && generation == generation_) {
+        if (!out.verdict.allowed && !r.count_rejected && generation == generation_) {
             cache_.insert(r, out.verdict, asked);
             counters_->deny_cache_size.set(cache_.size());
         }
@@ -133,11 +134,12 @@ boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_requ
 }
 
 boost::asio::awaitable<limit::check_result> redis_store::decide_part(limit::check_request r, std::size_t key,
+                                                                     redis_script::call_flag flag,
                                                                      redis_script::undo_record* undo,
                                                                      redis_clock::time_point deadline) {
-    const limit::check_request one{r.keys.subspan(key, 1), r.cost};
+    const limit::check_request one{r.keys.subspan(key, 1), r.cost, r.count_rejected};
     std::vector<std::string> argv;
-    redis_script::build_call(argv, cluster_sha_, key_prefix_, one, std::nullopt, undo != nullptr);
+    redis_script::build_call(argv, cluster_sha_, key_prefix_, one, std::nullopt, flag);
     const auto slot = cluster::key_slot(argv[3]);  // the identifier's HASH: its hash tag
     auto reply = co_await cluster_->call(slot, std::move(argv), true, deadline);
     if (!reply.ok()) co_return redis_script::failure(redis_connection::to_string(reply.failure));
@@ -165,15 +167,22 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_on_cluster(const
                                                                            redis_clock::time_point deadline) {
     namespace ex = asio::experimental;
     const std::size_t n = r.keys.size();
-    if (n == 1) co_return co_await decide_part(r, 0, nullptr, deadline);
+    using redis_script::call_flag;
+    if (n == 1) co_return co_await decide_part(r, 0, call_flag::none, nullptr, deadline);
 
-    // Every identifier at once, each on its own node (or pipelined on a shared one).
+    // Every identifier at once, each on its own node (or pipelined on a shared one). A
+    // count_rejected request is committed everywhere whatever the verdict: nothing to undo.
+    const bool counted = r.count_rejected;
     std::vector<redis_script::undo_record> undo(n);
-    using part_op = decltype(asio::co_spawn(ex_, decide_part(r, 0, nullptr, deadline), asio::deferred));
+    using part_op =
+        decltype(asio::co_spawn(ex_, decide_part(r, 0, call_flag::none, nullptr, deadline), asio::deferred));
     std::vector<part_op> ops;
     ops.reserve(n);
-    for (std::size_t i = 0; i < n; ++i)
-        ops.push_back(asio::co_spawn(ex_, decide_part(r, i, &undo[i], deadline), asio::deferred));
+    for (std::size_t i = 0; i < n; ++i) {
+        ops.push_back(asio::co_spawn(
+            ex_, decide_part(r, i, counted ? call_flag::none : call_flag::undo, counted ? nullptr : &undo[i], deadline),
+            asio::deferred));
+    }
     auto [order, errors, parts] =
         co_await ex::make_parallel_group(std::move(ops)).async_wait(ex::wait_for_all(), asio::use_awaitable);
     (void)order;
@@ -184,6 +193,14 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_on_cluster(const
     const auto ok = [](const limit::check_result& p) { return p.state == limit::check_result::status::ok; };
     bool denied = false;
     for (const auto& p : parts) denied = denied || (ok(p) && !p.verdict.allowed);
+    if (denied && counted) {
+        // As decide() does after counting a refusal: the identifiers that admitted are
+        // checked again on what they now hold (the refusing ones' replies already are).
+        for (std::size_t i = 0; i < n; ++i) {
+            if (ok(parts[i]) && parts[i].verdict.allowed)
+                parts[i] = co_await decide_part(r, i, call_flag::query, nullptr, deadline);
+        }
+    }
     limit::check_result out;
     for (auto& p : parts) {
         if (!ok(p)) {
@@ -194,7 +211,7 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_on_cluster(const
         out.verdict.retry_after = std::max(out.verdict.retry_after, p.verdict.retry_after);
         for (auto& t : p.verdict.tiers) out.verdict.tiers.push_back(t);
     }
-    if (!denied) co_return out;
+    if (!denied || counted) co_return out;
 
     // Take back what the others committed, all at once, within the same deadline.
     using undo_op = decltype(asio::co_spawn(ex_, undo_part(r, 0, &undo[0], deadline), asio::deferred));

@@ -77,8 +77,10 @@ private:
     bool can_call() const;
     boost::asio::awaitable<limit::check_result> decide_on_cluster(const limit::check_request& r,
                                                                   redis_clock::time_point deadline);
-    // One identifier of `r` on the node serving its slot; with `undo`, its commit's record.
+    // One identifier of `r` on the node serving its slot; with `undo`, its commit's record
+    // (flag undo); with flag query, only checked.
     boost::asio::awaitable<limit::check_result> decide_part(limit::check_request r, std::size_t key,
+                                                            redis_script::call_flag flag,
                                                             redis_script::undo_record* undo,
                                                             redis_clock::time_point deadline);
     // Takes back identifier `key`'s commit `u`.

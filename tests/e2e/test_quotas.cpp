@@ -1,11 +1,13 @@
-// Quotas on calendar windows (per: month, window_offset), through the real gateway binary
-// on the memory store and on Redis: the reset and Retry-After name the window's real end.
+// Quotas on calendar windows (per: month, window_offset), penalty mode (count_rejected) and
+// upstream-reported costs (cost_header), through the real gateway binary on the memory
+// store and on Redis.
 #include "e2e.hpp"
 
 #include "limit/decide.hpp"
 
 #include <chrono>
 #include <regex>
+#include <vector>
 
 using namespace sluice::test;
 
@@ -36,9 +38,22 @@ policies:
     ip: [ {limit: 2, per: month, algorithm: fixed} ]
   daily_ny:
     ip: [ {limit: 2, per: 1d, algorithm: fixed, window_offset: -5h} ]
+  penalty:
+    count_rejected: true
+    ip: [ {limit: 1, per: 10s, algorithm: gcra, burst: 1} ]
+  plain:
+    ip: [ {limit: 1, per: 10s, algorithm: gcra, burst: 1} ]
+  reported:
+    ip: [ {limit: 10, per: 1h, algorithm: fixed} ]
+  reported_bad:
+    ip: [ {limit: 3, per: 1h, algorithm: fixed} ]
 routes:
   - { match: { path: /month }, policy: monthly }
   - { match: { path: /day }, policy: daily_ny }
+  - { match: { path: /penalty }, policy: penalty }
+  - { match: { path: /plain }, policy: plain }
+  - { match: { path: /cost }, policy: reported, cost_header: X-Request-Cost, max_cost: 6 }
+  - { match: { path: /cost-bad }, policy: reported_bad, cost_header: x-request-cost, max_cost: 3 }
 )";
 }
 
@@ -67,11 +82,47 @@ void check_quotas(std::uint16_t port) {
     CHECK(day_over.status == 429);
     CHECK(std::abs(std::stoll(day_over.header("Retry-After")) - seconds_until(day_end)) <= 1);
     CHECK(std::abs(reset_of(day_over) - seconds_until(day_end)) <= 1);
+
+    // Penalty mode: each refusal is counted, so a client that keeps asking waits longer
+    // (1 per 10 s: 20 s, then 30 s, 40 s...); without it the wait stays at 10 s. On Redis
+    // the refusals are not answered from the local deny cache: each one reaches the store.
+    for (const char* path : {"/penalty", "/plain"}) REQUIRE(fetch(port, "GET", path).status == 200);
+    std::vector<std::int64_t> penalty, plain;
+    for (int i = 0; i < 3; ++i) {
+        auto p = fetch(port, "GET", "/penalty");
+        auto q = fetch(port, "GET", "/plain");
+        CHECK(p.status == 429);
+        CHECK(q.status == 429);
+        penalty.push_back(std::stoll(p.header("Retry-After")));
+        plain.push_back(std::stoll(q.header("Retry-After")));
+    }
+    INFO("penalty " << penalty[0] << " " << penalty[1] << " " << penalty[2]);
+    CHECK(penalty[0] >= 19);
+    CHECK(penalty[0] <= 20);
+    CHECK(penalty[1] >= penalty[0] + 9);
+    CHECK(penalty[2] >= penalty[1] + 9);
+    for (auto s : plain) CHECK(s <= 10);
+
+    // The upstream reports each request's cost; what exceeds the route's cost (1) is charged
+    // after the response, which is never turned into a 429; the field never reaches the client.
+    auto r1 = fetch(port, "GET", "/cost?n=4");
+    CHECK(r1.status == 200);
+    CHECK_FALSE(r1.has_header("X-Request-Cost"));
+    CHECK(r1.header("RateLimit").find(";r=9;") != std::string::npos);
+    auto r2 = fetch(port, "GET", "/cost?n=1");
+    CHECK(r2.header("RateLimit").find(";r=5;") != std::string::npos);  // 10 - (1 + 3) - 1
+    auto r3 = fetch(port, "GET", "/cost?n=100");                       // taken as max_cost 6
+    CHECK(r3.status == 200);
+    CHECK(r3.header("RateLimit").find(";r=4;") != std::string::npos);
+    CHECK(fetch(port, "GET", "/cost?n=1").status == 429);  // 1 + 3 + 1 + 1 + 5 = 11 counted
+    // Not a plain number, or negative: nothing more is charged.
+    for (const char* n : {"abc", "-3", "2.5"}) CHECK(fetch(port, "GET", std::string("/cost-bad?n=") + n).status == 200);
+    CHECK(fetch(port, "GET", "/cost-bad?n=1").status == 429);  // 3 of 3: each counted at its route's cost
 }
 
 }  // namespace
 
-TEST_CASE("quotas: per month and window_offset reset at the calendar edge, and say when (memory store)") {
+TEST_CASE("quotas: per month and window_offset reset at the calendar edge and say when, count_rejected (memory)") {
     auto up = start_upstream();
     auto gw = start_gateway(gateway_yaml(up->port, {}, quota_yaml("")));
     check_quotas(gw->port);

@@ -243,6 +243,34 @@ TEST_CASE("window_offset: days and months counted in the customer's time zone") 
     }
 }
 
+TEST_CASE("count_rejected: a refusal is counted, and the retry is computed on what it left") {
+    key plain({sliding_spec(2, 1000, 100)});
+    key penal({sliding_spec(2, 1000, 100)});
+    const auto run_penal = [&](usec now) {
+        const std::vector<key_request> reqs{{&penal.state, penal.tiers}};
+        return decide(reqs, now, 1, true);
+    };
+    for (key* k : {&plain, &penal}) {
+        expect_allowed(*k, T0);
+        expect_allowed(*k, T0);
+    }
+    // Refused at 500 ms either way, and admitted at 1 s if nothing else comes.
+    expect_denied(plain, T0 + 500 * MS, 1, 500 * MS);
+    auto d = run_penal(T0 + 500 * MS);
+    CHECK_FALSE(d.allowed);
+    CHECK(d.retry_after == 500 * MS);
+    CHECK(d.tiers[0].remaining == -1);  // counted past the limit (the headers show 0)
+    // Hammering: every refusal counts, so at 1 s, where the plain key is admitted, it is not.
+    for (usec t = T0 + 600 * MS; t < T0 + SEC; t += 100 * MS) CHECK_FALSE(run_penal(t).allowed);
+    CHECK(admits_on_copy(plain, T0 + SEC));
+    d = run_penal(T0 + SEC);
+    CHECK_FALSE(d.allowed);
+    CHECK(d.retry_after == 900 * MS);  // when the refusal at 900 ms leaves the window
+    CHECK(retry_problem(penal, T0 + SEC, 1, d.retry_after).empty());
+    // Resting a whole window after the last refusal lets it in.
+    CHECK(run_penal(T0 + 2 * SEC).allowed);
+}
+
 TEST_CASE("sliding: 10 per 1s with precision 100ms - admitted exactly when the oldest bucket leaves") {
     key k({sliding_spec(10, 1000, 100)});
     const usec B = T0;  // bucket b0 = [B, B+100ms), b3 = [B+300ms, ...), b7 = [B+700ms, ...)

@@ -154,6 +154,14 @@ TEST_CASE("response heads drop hop-by-hop fields and say how the connection goes
     CHECK(contains(out, "Connection: keep-alive\r\n"));
 }
 
+TEST_CASE("a response head drops the route's cost field, whatever its case") {
+    auto resp = parse_head("HTTP/1.1 200 OK\r\nx-request-COST: 7\r\nX-Request-Costly: no\r\n\r\n", false);
+    std::string out;
+    proxy::write_response_head(out, resp, {.drop = "X-Request-Cost"}, proxy::body_framing::length, 0);
+    CHECK_FALSE(contains(out, "x-request-COST"));
+    CHECK(contains(out, "X-Request-Costly: no\r\n"));
+}
+
 TEST_CASE("a HEAD response keeps the upstream's Content-Length") {
     auto resp = parse_head("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", false);
     std::string out;

@@ -375,7 +375,7 @@ struct harness {
     limit::decision oracle(const limit::check_request& r, usec now) {
         std::vector<limit::key_request> reqs;
         for (const auto& k : r.keys) reqs.push_back({&states[rs::key_name(prefix, k)], k.tiers});
-        return limit::decide(reqs, now, r.cost);
+        return limit::decide(reqs, now, r.cost, r.count_rejected);
     }
 
     limit::check_result script(const limit::check_request& r, std::optional<usec> now) {
@@ -386,17 +386,31 @@ struct harness {
         return rs::parse_reply(reply.get(), r);
     }
 
+    // As redis_store::decide_on_cluster: a count_rejected request commits everywhere, and
+    // after a denial the identifiers that admitted are checked again.
     limit::check_result split_script(const limit::check_request& r, std::optional<usec> now) {
         std::vector<limit::check_result> parts;
         std::vector<rs::undo_record> undo(r.keys.size());
-        limit::check_result out;
-        for (std::size_t i = 0; i < r.keys.size(); ++i) {
-            const limit::check_request one{r.keys.subspan(i, 1), r.cost};
+        auto call = [&](std::size_t i, rs::call_flag flag) {
+            const limit::check_request one{r.keys.subspan(i, 1), r.cost, r.count_rejected};
             std::vector<std::string> argv;
-            rs::build_call(argv, sha, prefix, one, now, true);
+            rs::build_call(argv, sha, prefix, one, now, flag);
             auto reply = srv.cmd(argv);
-            parts.push_back(rs::parse_reply(reply.get(), one, &undo[i]));
-            auto& p = parts.back();
+            return rs::parse_reply(reply.get(), one, flag == rs::call_flag::undo ? &undo[i] : nullptr);
+        };
+        bool denied = false;
+        for (std::size_t i = 0; i < r.keys.size(); ++i) {
+            parts.push_back(call(i, r.count_rejected ? rs::call_flag::none : rs::call_flag::undo));
+            if (parts.back().state != limit::check_result::status::ok) return parts.back();
+            denied = denied || !parts.back().verdict.allowed;
+        }
+        if (denied && r.count_rejected) {
+            for (std::size_t i = 0; i < r.keys.size(); ++i)
+                if (parts[i].verdict.allowed) parts[i] = call(i, rs::call_flag::query);
+        }
+        limit::check_result out;
+        for (std::size_t i = 0; i < parts.size(); ++i) {
+            const auto& p = parts[i];
             if (p.state != limit::check_result::status::ok) return p;
             out.verdict.allowed = out.verdict.allowed && p.verdict.allowed;
             out.verdict.retry_after = std::max(out.verdict.retry_after, p.verdict.retry_after);
@@ -405,7 +419,7 @@ struct harness {
                 out.verdict.tiers.push_back(t);
             }
         }
-        if (!out.verdict.allowed)
+        if (!out.verdict.allowed && !r.count_rejected)
             for (std::size_t i = 0; i < r.keys.size(); ++i) {
                 if (!parts[i].verdict.allowed) continue;
                 std::vector<std::string> argv;
@@ -462,13 +476,14 @@ struct harness {
         ++requests;
         const std::string context = describe(r, now);
         auto want = oracle(r, now);
-        const std::string before = want.allowed ? std::string() : split ? live_state(r, now) : snapshot(r);
+        const bool writes = want.allowed || r.count_rejected;
+        const std::string before = writes ? std::string() : split ? live_state(r, now) : snapshot(r);
         auto got = script(r, now);
         const std::string problem = compare(want, got);
         INFO(context);
         REQUIRE_MESSAGE(problem.empty(), problem);
-        if (!want.allowed) {
-            ++denials;
+        if (!want.allowed) ++denials;
+        if (!writes) {
             // A denial writes nothing: not a field, not a log entry, not a TTL.
             REQUIRE_EQ(split ? live_state(r, now) : snapshot(r), before);
             return want;
@@ -516,6 +531,7 @@ struct mix {
     const char* name;
     std::vector<algorithm> algos;
     int min_interval_percent;
+    bool count_rejected = false;  // penalty mode on every request
 };
 
 limit::tier random_tier(std::mt19937_64& rng, algorithm algo, int mi_percent, const std::string& policy_name,
@@ -622,7 +638,7 @@ void run_trace(harness& h, std::mt19937_64& rng, const mix& m, std::size_t count
             now = t;
             if (pick(1, 100) <= 5) now = t - pick(0, mean_per);  // an earlier clock: clamped per key
         }
-        const limit::check_request req{keys, cost};
+        const limit::check_request req{keys, cost, m.count_rejected};
         auto d = h.step(req, now);
         retry_pending = !d.allowed;
         retry_at = now + d.retry_after;
@@ -825,6 +841,8 @@ harness run_mixes(const redis_server& srv, const char* label, const std::vector<
 const mix every_algorithm{"all", {algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log}, 35};
 const mix min_interval_heavy{
     "min-interval", {algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log}, 100};
+// Penalty mode: no log tiers (the config refuses them with count_rejected).
+const mix penalty{"penalty", {algorithm::fixed, algorithm::sliding, algorithm::gcra}, 25, true};
 
 TEST_CASE("redis_script: the script matches decide() on random traces") {
     redis_server srv;
@@ -837,6 +855,14 @@ TEST_CASE("redis_script: the script matches decide() on random traces") {
         min_interval_heavy,
     };
     const auto h = run_mixes(srv, "test_redis_script", mixes, 8, false);
+    CHECK(h.denials > h.requests / 10);
+    CHECK(h.denials < h.requests * 9 / 10);
+}
+
+TEST_CASE("redis_script: count_rejected (refusals counted, then checked again) matches decide()") {
+    redis_server srv;
+    const std::vector<mix> mixes{penalty, {"penalty-min-interval", penalty.algos, 100, true}};
+    const auto h = run_mixes(srv, "test_redis_script (count_rejected)", mixes, 6, false);
     CHECK(h.denials > h.requests / 10);
     CHECK(h.denials < h.requests * 9 / 10);
 }
@@ -909,7 +935,8 @@ TEST_CASE("redis_script: calendar months and offset windows match decide() acros
 
 TEST_CASE("redis_script: on a cluster node, one call per identifier and undo match decide()") {
     redis_server srv(true);
-    const auto h = run_mixes(srv, "test_redis_script (cluster)", {every_algorithm, min_interval_heavy}, 6, true);
+    const auto h =
+        run_mixes(srv, "test_redis_script (cluster)", {every_algorithm, min_interval_heavy, penalty}, 6, true);
     CHECK(h.undos > 0);  // denials by one identifier after the other admitted happened, and were taken back
 }
 
@@ -1030,7 +1057,7 @@ TEST_CASE("redis_script: an admission's undo record takes it back exactly") {
     };
     auto commit = [&](usec now, rs::undo_record& u) {
         std::vector<std::string> argv;
-        rs::build_call(argv, h.sha, h.prefix, r, now, true);
+        rs::build_call(argv, h.sha, h.prefix, r, now, rs::call_flag::undo);
         auto reply = srv.cmd(argv);
         return rs::parse_reply(reply.get(), r, &u);
     };
