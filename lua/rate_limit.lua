@@ -45,7 +45,8 @@
 -- Calendar months (proleptic Gregorian, UTC), from days since 1970-01-01 by the civil-date
 -- arithmetic of Howard Hinnant's public-domain algorithms (decide.cpp uses std::chrono, and
 -- the differential test compares the two): the month holding µs time s as year * 12 +
--- month - 1, and the µs time month index i starts.
+-- month - 1, and the µs time month index i starts. Lua's doubles keep this exact for years
+-- 1700 to 2255 (checked against a calendar); clock times are far inside.
 local function month_of(s)
     local z = (s - s % 86400000000) / 86400000000 + 719468
     local era = (z - z % 146097) / 146097
@@ -81,7 +82,7 @@ local function month_start(i)
 end
 
 -- fixed and sliding: `nb` buckets of `bucket` µs, numbered in time shifted by `off` (so
--- fixed windows start `off` after UTC's); the window at `at` is the bucket holding `at` and
+-- fixed windows follow the clock of UTC + off); the window at `at` is the bucket holding `at` and
 -- the nb - 1 before it, and a bucket with index i counts until (i + nb) * bucket - off.
 -- With `month` a bucket is a calendar month of the shifted time (nb is 1).
 -- v is the tier's field, t_s and t the key's "@t" as stored and as a number. With `soon`
@@ -565,6 +566,9 @@ for pass = 1, 2 do
                 ok, remaining, reset, admit_at, tat = check_gcra(v, t_s, t, at, cost, soon, T, ARGV[a + 8] + 0)
                 if (ok and not soon) or always then
                     value = fmt('%s;%d', at_s, tat - at)  -- commit_gcra
+                    if tat - at > horizon then
+                        horizon = tat - at  -- counted past its tolerance: the state matters until tat
+                    end
                 end
             elseif algo == 'l' then
                 local zset = KEYS[k]
@@ -623,7 +627,7 @@ for pass = 1, 2 do
     end
     out[1] = allowed
     out[2] = retry_after
-    if query or (allowed == 0 and not always) then
+    if query or pass == 2 or (allowed == 0 and not always) then
         return out  -- a denial writes nothing (but under count_rejected), a query never
     end
 

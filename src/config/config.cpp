@@ -89,6 +89,9 @@ constexpr std::string_view cost_header_needs_max_cost =
     "cost_header needs max_cost (the most one request may be charged)";
 constexpr std::string_view max_cost_needs_cost_header = "max_cost applies with cost_header only";
 constexpr std::string_view cost_header_needs_policy = "cost_header needs a route with a policy (not none)";
+constexpr std::string_view plan_needs_user_source =
+    "plans apply to users: set clients.user.api_key_header or clients.user.jwt";
+constexpr std::string_view cost_header_framing = "must not be a field that frames the message (it is never relayed)";
 constexpr std::string_view policy_without_tiers = "policy has no tiers, expected ip or user";
 constexpr std::string_view plan_without_tiers = "plan has no tiers, expected user: [ ... ]";
 constexpr std::string_view plan_policy_needs_plans = "user: plan needs plans (plans.<name>.user)";
@@ -836,12 +839,12 @@ duration read_per(const node_ref& v, bool& month) {
     return d;
 }
 
-// A duration with an optional leading '-': "-5h".
+// A duration with an optional sign: "-5h", "+90m".
 duration read_signed_duration(const node_ref& v) {
     const std::string& text = v.scalar(bad_offset);
-    const bool negative = text.starts_with('-');
-    duration d = take(v, parse_duration_why(negative ? std::string_view(text).substr(1) : text));
-    return negative ? -d : d;
+    const bool signed_text = text.starts_with('-') || text.starts_with('+');
+    duration d = take(v, parse_duration_why(signed_text ? std::string_view(text).substr(1) : text));
+    return text.starts_with('-') ? -d : d;
 }
 
 void settle_sliding(tier_config& t, const tier_nodes& at) {
@@ -1010,12 +1013,17 @@ void check_plans(const config& c) {
         if (!name.empty() && c.find_plan(name) == nullptr) throw config_error(at + ": no plan named \"" + name + "\"");
     };
     known(c.clients.default_plan, c.clients.default_plan_at);
+    const bool has_user_source = !c.clients.api_key_header.empty() || c.clients.jwt.has_value();
+    if (!c.clients.default_plan.empty() && !has_user_source)
+        throw config_error(c.clients.default_plan_at + ": " + std::string(plan_needs_user_source));
     if (c.clients.api_keys) {
         for (const auto& e : c.clients.api_keys->keys) known(e.plan, e.plan_at);
     }
     for (const auto& p : c.policies) {
         if (p.user_by_plan && c.plans.empty())
             throw config_error(p.user_at + ": " + std::string(plan_policy_needs_plans));
+        if (p.user_by_plan && !has_user_source)
+            throw config_error(p.user_at + ": " + std::string(plan_needs_user_source));
         if (!p.user_by_plan || !p.count_rejected) continue;
         for (const auto& plan : c.plans) {
             if (has_log_tier(plan.user)) {
@@ -1055,6 +1063,16 @@ void read_match(const node_ref& n, route_config& r) {
     if (r.path.empty() && r.path_prefix.empty()) n.fail(route_needs_path);
 }
 
+// Fields that frame or route a message: a route's cost_header may not name one, since it is
+// never relayed.
+bool is_framing_field(std::string_view name) {
+    static constexpr std::array<std::string_view, 10> framing{
+        "content-length", "transfer-encoding", "connection",   "keep-alive", "upgrade", "te",
+        "trailer",        "proxy-connection",  "content-type", "via"};
+    const std::string lower = to_lower(std::string(name));
+    return std::find(framing.begin(), framing.end(), lower) != framing.end();
+}
+
 route_config read_route(const node_ref& n, route_nodes& at) {
     route_config r;
     read_mapping(n, {
@@ -1074,6 +1092,7 @@ route_config read_route(const node_ref& n, route_nodes& at) {
                         {"cost_header",
                          [&](const node_ref& v) {
                              r.cost_header = read_checked(v, is_token, bad_header_name);
+                             if (is_framing_field(r.cost_header)) v.fail(cost_header_framing);
                              at.cost_header = v;
                          }},
                         {"max_cost",

@@ -214,7 +214,7 @@ struct tier_config {
     std::int64_t burst = 0;  // gcra
     duration min_interval{0};
     bool month = false;         // fixed: calendar months (UTC, shifted by window_offset)
-    duration window_offset{0};  // fixed: windows start at this offset from UTC; |offset| < min(per, 24h)
+    duration window_offset{0};  // fixed: windows follow the clock of UTC + offset; |offset| < min(per, 24h)
 
     bool operator==(const tier_config&) const = default;
 };

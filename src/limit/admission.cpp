@@ -41,14 +41,17 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
         if (user.status == identity::user_result::status::ok && p.user_by_plan) {
             const std::string& plan = user.plan.empty() ? ctx.clients.cfg.default_plan : user.plan;
             const auto* plan_tiers = p.plan_user(plan);
-            if (plan_tiers == nullptr) {
+            if (plan_tiers != nullptr) {
+                tiers = *plan_tiers;
+            } else if (p.shadow) {
+                tiers = {};  // a shadow policy refuses no one: the address tiers alone are evaluated
+            } else {
                 out.what = outcome::kind::forbidden;
                 out.decision = "forbidden";
                 out.reason = plan.empty() ? "no plan: the caller names none and clients.user.default_plan is not set"
                                           : "unknown plan";
                 return false;
             }
-            tiers = *plan_tiers;
         }
         if (user.status == identity::user_result::status::ok && !tiers.empty()) {
             if (!user_cached_ || user.id != cached_user_) {

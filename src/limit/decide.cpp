@@ -284,8 +284,12 @@ void commit_all(std::span<const key_request> keys, usec now, std::int64_t cost) 
         key_state& ks = *kr.state;
         const usec at = std::max(now, ks.last_time);
         for (const tier& t : kr.tiers) {
-            commit_tier(t, ks.find_or_add(t.key), at, cost);
-            ks.expires = std::max(ks.expires, at + t.horizon);
+            tier_state& s = ks.find_or_add(t.key);
+            commit_tier(t, s, at, cost);
+            usec until = at + t.horizon;
+            // Counted past its tolerance (count_rejected, charges), a gcra state matters until its tat.
+            if (t.algo == config::algorithm::gcra) until = std::max(until, s.data[0]);
+            ks.expires = std::max(ks.expires, until);
         }
         ks.last_time = at;
     }

@@ -35,7 +35,7 @@ struct tier {
     usec bucket = 0;           // fixed and sliding: the bucket size (fixed: per)
     std::int64_t buckets = 1;  // fixed and sliding: per / bucket
     bool month = false;        // fixed: a bucket is a calendar month (UTC); per is 31 days
-    usec offset = 0;           // fixed: windows start `offset` after UTC's (-5h: at 05:00 UTC)
+    usec offset = 0;           // fixed: windows follow the clock of UTC + offset (-5h: days start at 05:00 UTC)
     std::int64_t burst = 0;    // gcra
     usec interval = 0;         // gcra emission interval T = ceil(per / limit)
     usec tolerance = 0;        // gcra: burst * T

@@ -26,25 +26,23 @@ namespace fail = http::fail;
 
 namespace {
 
-// What a response's cost field charges beyond the route's cost: its value (a plain decimal
-// number, taken up to max_cost) minus the cost already paid. A field that is absent, given
-// twice or not a number charges nothing.
+// What a response's cost fields charge beyond the route's cost: the largest value that is a
+// plain decimal number (a second field cannot lower the first), taken up to max_cost, minus
+// the cost already paid. No such field charges nothing.
 std::int64_t reported_charge(const http::message_head& resp, const route::route& r) {
-    std::string_view value;
-    int seen = 0;
+    std::uint64_t most = 0;
     for (const auto& f : resp.fields()) {
         if (!boost::beast::iequals(resp.name(f), r.cost_header)) continue;
-        value = resp.value(f);
-        ++seen;
+        const std::string_view value = resp.value(f);
+        std::uint64_t n = 0;
+        const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+        if (ec == std::errc::result_out_of_range)
+            n = std::numeric_limits<std::uint64_t>::max();
+        else if (ec != std::errc() || end != value.data() + value.size())
+            continue;
+        most = std::max(most, n);
     }
-    std::uint64_t n = 0;
-    if (seen != 1 || value.empty()) return 0;
-    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-    if (ec == std::errc::result_out_of_range)
-        n = std::numeric_limits<std::uint64_t>::max();
-    else if (ec != std::errc() || end != value.data() + value.size())
-        return 0;
-    const auto cost = static_cast<std::int64_t>(std::min<std::uint64_t>(n, static_cast<std::uint64_t>(r.max_cost)));
+    const auto cost = static_cast<std::int64_t>(std::min<std::uint64_t>(most, static_cast<std::uint64_t>(r.max_cost)));
     return std::max<std::int64_t>(0, cost - r.cost);
 }
 
@@ -223,7 +221,7 @@ awaitable<session::step> session::read_response_head(bool replayable) {
         if (resp_.status >= 200 || resp_.status == 101) co_return step{};
         if (head_.version < 11) continue;  // HTTP/1.0 clients get no interim responses
         out_.clear();
-        proxy::write_response_head(out_, resp_, {}, body_framing::none, 0);
+        proxy::write_response_head(out_, resp_, {.drop = cost_header()}, body_framing::none, 0);
         if (co_await relay_.write_all(client_, out_, cfg_->server.idle_timeout)) co_return step{fail::client_gone};
     }
 }
@@ -252,10 +250,10 @@ awaitable<after> session::relay_response() {
                          : head_.version >= 11 ? body_framing::chunked
                                                : body_framing::until_close;
     const bool keep = may_keep_alive() && framing != body_framing::until_close;
-    std::string_view cost_header;
-    if (req_.route && !req_.route->cost_header.empty()) {
-        cost_header = req_.route->cost_header;
+    if (!cost_header().empty()) {
+        // Charged now, before the body: a long response is not served on credit.
         req_.charge = reported_charge(resp_, *req_.route);
+        co_await charge_reported_cost();
     }
     out_.clear();
     proxy::write_response_head(out_, resp_,
@@ -263,7 +261,7 @@ awaitable<after> session::relay_response() {
                                 .keep_alive = keep,
                                 .client_http10 = head_.version < 11,
                                 .extra = req_.outcome.fields,
-                                .drop = cost_header},
+                                .drop = cost_header()},
                                framing, length.value_or(0));
     resp_sink_.mode = framing == body_framing::chunked ? http::body_sink::framing::chunked
                       : no_body                        ? http::body_sink::framing::none
@@ -274,7 +272,6 @@ awaitable<after> session::relay_response() {
     // Pooled again only when the response ended exactly at its framing, after the whole
     // request went out (pool::give_back also wants nothing more buffered).
     release_upstream(r.failed == proxy::pump_result::ok && rp.keep_alive() && !req_.early_answer);
-    co_await charge_reported_cost();
     // Closing by our own decision, the client may have sent more (a pipelined request, the
     // rest of a body): linger, or its unread bytes would reset the connection under the answer.
     const after done = keep ? after::keep_alive : after::linger;

@@ -81,6 +81,8 @@ private:
     std::optional<failure> check_head();
     boost::asio::awaitable<void> check_limits();
     boost::asio::awaitable<void> charge_reported_cost();
+    // The route's cost_header ("" = none): read for the charge, never relayed.
+    std::string_view cost_header() const { return req_.route ? std::string_view(req_.route->cost_header) : ""; }
     boost::asio::awaitable<after> respond(const failure& f);
     boost::asio::awaitable<after> respond_limited();
     boost::asio::awaitable<void> linger();

@@ -209,6 +209,14 @@ TEST_CASE("admission::prepare: user: plan takes the caller's plan's tiers, or de
     CHECK(std::string(none.decision) == "forbidden");
     CHECK(none.reason.find("default_plan") != std::string::npos);
 
+    // A shadow policy refuses no one: the address tiers alone are evaluated.
+    auto shadow = p;
+    shadow.shadow = true;
+    outcome shadowed;
+    REQUIRE(a.prepare(s.ctx, shadow, 1, caller_at("192.0.2.7"), request_with("X-API-Key", "k1"), shadowed));
+    CHECK(shadowed.what == outcome::kind::pass);
+    CHECK(a.request().keys.size() == 1);
+
     // Anonymous callers are limited by address as before.
     outcome anonymous;
     REQUIRE(a.prepare(s.ctx, p, 1, caller_at("192.0.2.7"), request_with(), anonymous));

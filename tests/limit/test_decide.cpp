@@ -271,6 +271,25 @@ TEST_CASE("count_rejected: a refusal is counted, and the retry is computed on wh
     CHECK(run_penal(T0 + 2 * SEC).allowed);
 }
 
+TEST_CASE("count_rejected on gcra: each refusal pushes the wait, and the state lives as long as it") {
+    key k({gcra_spec(1, 10'000, 1)});
+    const auto run_penal = [&](usec now) {
+        const std::vector<key_request> reqs{{&k.state, k.tiers}};
+        return decide(reqs, now, 1, true);
+    };
+    CHECK(run_penal(T0).allowed);
+    usec retry = 0;
+    for (int i = 1; i <= 3; ++i) {
+        auto d = run_penal(T0 + i * SEC);
+        CHECK_FALSE(d.allowed);
+        CHECK(d.retry_after == (10 * (i + 1) - i) * SEC);  // 19 s, 28 s, 37 s
+        retry = d.retry_after;
+    }
+    CHECK(retry_problem(k, T0 + 3 * SEC, 1, retry).empty());
+    // A store forgets a key at `expires`: not before the penalty is served.
+    CHECK(k.state.expires >= T0 + 3 * SEC + retry);
+}
+
 TEST_CASE("sliding: 10 per 1s with precision 100ms - admitted exactly when the oldest bucket leaves") {
     key k({sliding_spec(10, 1000, 100)});
     const usec B = T0;  // bucket b0 = [B, B+100ms), b3 = [B+300ms, ...), b7 = [B+700ms, ...)

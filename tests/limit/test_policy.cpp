@@ -134,6 +134,7 @@ TEST_CASE("config::shares_counter holds exactly when two tiers would get one id"
 TEST_CASE("plans: a policy with user: plan holds each plan's user tiers, ids and names carrying the plan") {
     auto ps = compile(R"(
 upstream: { url: "http://h" }
+clients: { user: { api_key_header: X-API-Key } }
 plans:
   free: { user: [ {limit: 100, per: 1d, algorithm: fixed}, {limit: 5, per: 1s} ] }
   pro:  { user: [ {limit: 10000, per: 1d, algorithm: fixed} ] }

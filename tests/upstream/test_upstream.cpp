@@ -338,9 +338,10 @@ private:
             o["bodies_in_progress"] = g_stats.bodies_in_progress;
             co_return co_await write_simple(200, "application/json", json::serialize(o), req, head, keep);
         }
-        if (path == "/cost") {  // reports ?n= as the request's cost, in X-Request-Cost
+        if (path.starts_with("/cost")) {  // reports ?n= as the request's cost, in X-Request-Cost
             header_list extra{{"X-Request-Cost", q.get("n").value_or("1")},
                               {"Connection", keep ? "keep-alive" : "close"}};
+            if (auto also = q.get("also")) extra.emplace_back("x-request-cost", *also);  // a second field
             co_return co_await write_simple(200, "text/plain", "ok", req, head, keep, &extra);
         }
         if (path == "/response-headers") {
