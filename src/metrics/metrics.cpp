@@ -264,11 +264,19 @@ std::string registry::scrape() const {
     store_errors.metric.push_back(counter({}, total(&shard::store_errors_)));
     out.push_back(std::move(store_errors));
 
-    auto unauthorized =
-        family("sluice_unauthorized_total", "Requests answered 401 because their credentials were present but invalid.",
-               MetricType::Counter);
+    auto unauthorized = family("sluice_unauthorized_total",
+                               "Requests answered 401: credentials invalid, or missing where the key registry "
+                               "requires a known key.",
+                               MetricType::Counter);
     unauthorized.metric.push_back(counter({}, total(&shard::unauthorized_)));
     out.push_back(std::move(unauthorized));
+
+    auto forbidden = family("sluice_forbidden_total",
+                            "Requests answered 403: the caller's plan is not configured, or there is none and no "
+                            "default_plan.",
+                            MetricType::Counter);
+    forbidden.metric.push_back(counter({}, total(&shard::forbidden_)));
+    out.push_back(std::move(forbidden));
 
     auto keys =
         family("sluice_store_keys", "Identifiers whose limit state the memory store holds now.", MetricType::Gauge);

@@ -75,6 +75,7 @@ public:
     void store_called(double seconds) { store_duration_.observe(store_buckets, seconds); }
     void store_failed() { store_errors_.add(); }
     void unauthorized() { unauthorized_.add(); }
+    void forbidden() { forbidden_.add(); }
     void upstream_failed(upstream_error e) { upstream_errors_[static_cast<std::size_t>(e)].add(); }
     void connection_opened() { open_connections_.add(); }
     void connection_closed() { open_connections_.sub(); }
@@ -88,7 +89,7 @@ private:
     std::array<cell, max_slots* static_cast<std::size_t>(decision_result::count_)> decisions_{};
     histogram_cells<duration_buckets.size()> duration_;
     histogram_cells<store_buckets.size()> store_duration_;
-    cell store_errors_, unauthorized_;
+    cell store_errors_, unauthorized_, forbidden_;
     std::array<cell, static_cast<std::size_t>(upstream_error::count_)> upstream_errors_{};
     cell open_connections_, rejected_connections_, idle_upstream_;
 };

@@ -129,7 +129,9 @@ awaitable<after> session::phases() {
         case limit::outcome::kind::unauthorized:
             w_.metrics.unauthorized();
             co_return co_await respond(fail::unauthorized.with(req_.outcome.reason));
-        case limit::outcome::kind::forbidden: co_return co_await respond(fail::forbidden.with(req_.outcome.reason));
+        case limit::outcome::kind::forbidden:
+            w_.metrics.forbidden();
+            co_return co_await respond(fail::forbidden.with(req_.outcome.reason));
         case limit::outcome::kind::store_down: co_return co_await respond(fail::store_down);
     }
     co_return co_await exchange();

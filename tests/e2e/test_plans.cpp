@@ -109,6 +109,7 @@ void check_plans(plan_fixture& f) {
     auto body = boost::json::parse(gold.body);
     CHECK(body.at("error").as_string() == "forbidden");
     CHECK(body.at("message").as_string() == "unknown plan");
+    CHECK(metric_value(fetch(f.gw->admin_port, "GET", "/metrics").body, "sluice_forbidden_total") == 1);
 
     // acme moves to free: free's counts start at zero; back on pro, pro's are where they were.
     write_file(f.keys, registry("free"));
