@@ -222,8 +222,8 @@ awaitable<void> session::check_limits() {
 }
 
 // The upstream reported more than the route's cost (cost_header): the rest is charged to the
-// same identifiers now, counted even past their limits (the response is already on its way),
-// so the next requests see it.
+// same identifiers as its head arrives, counted even past their limits (the response itself
+// is relayed whatever the charge leaves), so the next requests see it.
 awaitable<void> session::charge_reported_cost() {
     const std::string_view decided = req_.outcome.decision;
     if (req_.charge <= 0 || (decided != "allowed" && decided != "shadow_limited")) co_return;
