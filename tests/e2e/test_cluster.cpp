@@ -328,6 +328,41 @@ TEST_CASE("cluster: ip and user on different primaries stay exact, and a denial 
     CHECK(f.metric_sum("sluice_redis_undos_total") == 8);
 }
 
+TEST_CASE("cluster: count_rejected counts a refusal on every primary and undoes nothing") {
+    cluster_nodes c(3, 0);
+    fleet f(2, cluster_yaml(c.ports[0], "2s",
+                            "policies:\n  p:\n    count_rejected: true\n"
+                            "    ip: [ {limit: 5, per: 1h, precision: 6m} ]\n"
+                            "    user: [ {limit: 3, per: 1h, precision: 6m} ]\n"));
+    // One address, eight users: the address admits five and refuses three, each refusal
+    // counted on the address and on its user (wherever each lives).
+    for (int u = 0; u < 8; ++u) {
+        auto r = fetch(f.gateways[u % 2]->port, "GET", "/",
+                       {{"X-Forwarded-For", "192.0.2.1"}, {"X-API-Key", "user-" + std::to_string(u)}});
+        CHECK(r.status == (u < 5 ? 200 : 429));
+    }
+    // One user from five addresses: three admitted, two refused and counted.
+    for (int i = 0; i < 5; ++i) {
+        auto r = fetch(f.gateways[i % 2]->port, "GET", "/",
+                       {{"X-Forwarded-For", "198.51.100." + std::to_string(i + 1)}, {"X-API-Key", "heavy"}});
+        CHECK(r.status == (i < 3 ? 200 : 429));
+    }
+    std::map<long, int> ip_counts, user_counts;  // count -> how many keys hold it
+    std::set<std::uint16_t> nodes;
+    for (const auto& k : c.stored("sluice:*")) {
+        (k.key.find("{user:") != std::string::npos ? user_counts : ip_counts)[k.count]++;
+        nodes.insert(k.port);
+    }
+    CHECK(ip_counts[8] == 1);  // 192.0.2.1: five admitted, three refused, all counted
+    CHECK(ip_counts[1] == 5);  // heavy's addresses, the two refused ones included
+    CHECK(user_counts[1] == 8);
+    CHECK(user_counts[5] == 1);  // heavy
+    CHECK(ip_counts.size() == 2);
+    CHECK(user_counts.size() == 2);
+    CHECK(nodes.size() >= 2);
+    CHECK(f.metric_sum("sluice_redis_undos_total") == 0);
+}
+
 TEST_CASE("cluster: concurrent split requests never over-admit, and leave at most one cost per denial behind") {
     cluster_nodes c(3, 0);
     fleet f(2, cluster_yaml(c.ports[0], "2s",
