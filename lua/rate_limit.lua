@@ -42,59 +42,22 @@
 -- %.14g). Every number here is an integer below 2^53, so a % b is exact and
 -- (a - a % b) / b is floor division, without math.floor's C call.
 
--- Calendar months (proleptic Gregorian, UTC), from days since 1970-01-01 by the civil-date
--- arithmetic of Howard Hinnant's public-domain algorithms (decide.cpp uses std::chrono, and
--- the differential test compares the two): the month holding µs time s as year * 12 +
--- month - 1, and the µs time month index i starts. Lua's doubles keep this exact for years
--- 1700 to 2255 (checked against a calendar); clock times are far inside.
-local function month_of(s)
-    local z = (s - s % 86400000000) / 86400000000 + 719468
-    local era = (z - z % 146097) / 146097
-    local doe = z - era * 146097
-    local yoe = doe - (doe - doe % 1460) / 1460 + (doe - doe % 36524) / 36524 - (doe - doe % 146096) / 146096
-    yoe = (yoe - yoe % 365) / 365
-    local doy = doe - (365 * yoe + (yoe - yoe % 4) / 4 - (yoe - yoe % 100) / 100)
-    local mp = 5 * doy + 2
-    mp = (mp - mp % 153) / 153  -- months since March
-    local y = yoe + era * 400
-    if mp >= 10 then
-        return (y + 1) * 12 + mp - 10  -- January and February end the March-based year
-    end
-    return y * 12 + mp + 2
-end
-
-local function month_start(i)
-    local m = i % 12  -- 0: January
-    local y = (i - m) / 12
-    local mp  -- months since March
-    if m >= 2 then
-        mp = m - 2
-    else
-        mp = m + 10
-        y = y - 1
-    end
-    local era = (y - y % 400) / 400
-    local yoe = y - era * 400
-    local doy = 153 * mp + 2
-    doy = (doy - doy % 5) / 5
-    local doe = yoe * 365 + (yoe - yoe % 4) / 4 - (yoe - yoe % 100) / 100 + doy
-    return (era * 146097 + doe - 719468) * 86400000000
-end
-
 -- fixed and sliding: `nb` buckets of `bucket` µs, numbered in time shifted by `off` (so
 -- fixed windows follow the clock of UTC + off); the window at `at` is the bucket holding `at` and
 -- the nb - 1 before it, and a bucket with index i counts until (i + nb) * bucket - off.
--- With `month` a bucket is a calendar month of the shifted time (nb is 1).
+-- For a calendar month tier, month_of and month_start (below) are passed: a bucket is then
+-- a calendar month of the shifted time (nb is 1).
 -- v is the tier's field, t_s and t the key's "@t" as stored and as a number. With `soon`
 -- (its min_interval not yet passed) an admissible request reports the quota as it stands,
 -- as decide.cpp's check with cost 0 does. Returns ok, remaining, reset, admit_at, then
 -- what commit_buckets needs: the total and the newest count a commit leaves, and the older
 -- buckets it keeps ("<index>:<count>," each, oldest first); these only if the request is
 -- to be committed (admitted, or `always`).
-local function check_buckets(v, t_s, t, at, cost, soon, always, lim, bucket, nb, hz, off, month)
+local function check_buckets(v, t_s, t, at, cost, soon, always, lim, bucket, nb, hz, off, month_of,
+                              month_start)
     local sa = at + off  -- in shifted time: a reset is a difference, the same in both
     local cur
-    if month then
+    if month_of then
         cur = month_of(sa)
     else
         cur = (sa - sa % bucket) / bucket
@@ -114,7 +77,7 @@ local function check_buckets(v, t_s, t, at, cost, soon, always, lim, bucket, nb,
                 newest = ls + 0
             end
             newest = newest + off
-            if month then
+            if month_of then
                 newest = month_of(newest)
             else
                 newest = (newest - newest % bucket) / bucket
@@ -164,7 +127,7 @@ local function check_buckets(v, t_s, t, at, cost, soon, always, lim, bucket, nb,
     local remaining = lim - count
     local reset = 0
     if first then
-        if month then
+        if month_of then
             reset = month_start(first + 1) - sa
         else
             reset = (first + nb) * bucket - sa
@@ -187,7 +150,7 @@ local function check_buckets(v, t_s, t, at, cost, soon, always, lim, bucket, nb,
             return true, remaining, reset, 0, total, newest_count, older
         end
         if not first and cost > 0 then
-            if month then
+            if month_of then
                 reset = month_start(cur + 1) - sa
             else
                 reset = (cur + nb) * bucket - sa
@@ -221,7 +184,7 @@ local function check_buckets(v, t_s, t, at, cost, soon, always, lim, bucket, nb,
             fits = cur
         end
         if fits then
-            if month then
+            if month_of then
                 admit_at = month_start(fits + 1) - off
             else
                 admit_at = (fits + nb) * bucket - off
@@ -453,6 +416,9 @@ local a, k  -- the ARGV index of the next tier count, the next KEYS index
 -- `pending` (one table per call is spared in the common case of one identifier)
 local hash, at, at_s, e_s, horizon, n, has_log, vals, a0
 local pending
+-- Made by the first month tier of a call only: a function of this chunk is built anew on
+-- every call, whether used or not.
+local month_of, month_start
 for pass = 1, 2 do
     allowed, retry_after = 1, 0
     out = { 0, 0, nil, nil, nil, nil, nil, nil, nil, nil, nil }
@@ -551,9 +517,58 @@ for pass = 1, 2 do
                         off = off + 0
                     end
                 end
+                local mo, ms  -- a month tier's calendar
+                if algo == 'm' then
+                    if not month_of then
+                        -- Calendar months (proleptic Gregorian, UTC), from days since
+                        -- 1970-01-01 by the civil-date arithmetic of Howard Hinnant's
+                        -- public-domain algorithms (decide.cpp uses std::chrono; the
+                        -- differential test compares the two): the month holding µs time s
+                        -- as year * 12 + month - 1, and the µs time month index i starts.
+                        -- Lua's doubles keep this exact for years 1700 to 2255 (checked
+                        -- against a calendar); clock times are far inside.
+                        month_of = function(s)
+                            local z = (s - s % 86400000000) / 86400000000 + 719468
+                            local era = (z - z % 146097) / 146097
+                            local doe = z - era * 146097
+                            local yoe = doe - (doe - doe % 1460) / 1460 + (doe - doe % 36524) / 36524
+                            yoe = yoe - (doe - doe % 146096) / 146096
+                            yoe = (yoe - yoe % 365) / 365
+                            local doy = doe - (365 * yoe + (yoe - yoe % 4) / 4 - (yoe - yoe % 100) / 100)
+                            local mp = 5 * doy + 2
+                            mp = (mp - mp % 153) / 153  -- months since March
+                            local y = yoe + era * 400
+                            if mp >= 10 then
+                                -- January and February end the March-based year
+                                return (y + 1) * 12 + mp - 10
+                            end
+                            return y * 12 + mp + 2
+                        end
+
+                        month_start = function(i)
+                            local m = i % 12  -- 0: January
+                            local y = (i - m) / 12
+                            local mp  -- months since March
+                            if m >= 2 then
+                                mp = m - 2
+                            else
+                                mp = m + 10
+                                y = y - 1
+                            end
+                            local era = (y - y % 400) / 400
+                            local yoe = y - era * 400
+                            local doy = 153 * mp + 2
+                            doy = (doy - doy % 5) / 5
+                            local doe = yoe * 365 + (yoe - yoe % 4) / 4 - (yoe - yoe % 100) / 100 + doy
+                            return (era * 146097 + doe - 719468) * 86400000000
+                        end
+                    end
+                    mo, ms = month_of, month_start
+                end
                 local total, newest, older
                 ok, remaining, reset, admit_at, total, newest, older =
-                    check_buckets(v, t_s, t, at, cost, soon, always, ARGV[a + 2] + 0, bucket, nb, hz, off, algo == 'm')
+                    check_buckets(v, t_s, t, at, cost, soon, always, ARGV[a + 2] + 0, bucket, nb, hz, off, mo,
+                                  ms)
                 if total then
                     value = commit_buckets(at_s, total, newest, older)
                 end
