@@ -129,4 +129,9 @@ struct tls_files {
     std::string dir;
 };
 
+// A JWT signed with HS256 under `secret`: `sub`, an `exp` exp_offset seconds from now, and
+// the string claims given.
+std::string hs256_token(const std::string& secret, const std::string& sub, long exp_offset,
+                        const std::vector<std::pair<std::string, std::string>>& claims = {});
+
 }  // namespace sluice::test

@@ -1,7 +1,6 @@
 // Rate limits on the memory store, through the real gateway binary.
 #include "e2e.hpp"
 
-#include <jwt.h>
 #include <openssl/evp.h>
 
 #include <boost/json/parse.hpp>
@@ -26,20 +25,6 @@ struct limited_fixture {
     std::unique_ptr<upstream_server> up;
     std::unique_ptr<gateway> gw;
 };
-
-std::string hs256_token(const std::string& secret, const std::string& sub, long exp_offset) {
-    jwt_t* jwt = nullptr;
-    REQUIRE(jwt_new(&jwt) == 0);
-    jwt_add_grant(jwt, "sub", sub.c_str());
-    jwt_add_grant_int(jwt, "exp", static_cast<long>(std::time(nullptr)) + exp_offset);
-    jwt_set_alg(jwt, JWT_ALG_HS256, reinterpret_cast<const unsigned char*>(secret.data()),
-                static_cast<int>(secret.size()));
-    char* text = jwt_encode_str(jwt);
-    std::string token = text;
-    free(text);
-    jwt_free(jwt);
-    return token;
-}
 
 }  // namespace
 

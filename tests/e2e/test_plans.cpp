@@ -3,11 +3,7 @@
 // clients.user.default_plan.
 #include "e2e.hpp"
 
-#include <jwt.h>
-
 #include <boost/json/parse.hpp>
-
-#include <ctime>
 
 using namespace sluice::test;
 
@@ -16,18 +12,9 @@ namespace {
 const std::string secret = "e2e-plan-secret";
 
 std::string token(const std::string& sub, const std::string& plan) {
-    jwt_t* jwt = nullptr;
-    REQUIRE(jwt_new(&jwt) == 0);
-    jwt_add_grant(jwt, "sub", sub.c_str());
-    if (!plan.empty()) jwt_add_grant(jwt, "tier", plan.c_str());
-    jwt_add_grant_int(jwt, "exp", static_cast<long>(std::time(nullptr)) + 600);
-    jwt_set_alg(jwt, JWT_ALG_HS256, reinterpret_cast<const unsigned char*>(secret.data()),
-                static_cast<int>(secret.size()));
-    char* text = jwt_encode_str(jwt);
-    std::string out = text;
-    free(text);
-    jwt_free(jwt);
-    return "Bearer " + out;
+    std::vector<std::pair<std::string, std::string>> claims;
+    if (!plan.empty()) claims.emplace_back("tier", plan);
+    return "Bearer " + hs256_token(secret, sub, 600, claims);
 }
 
 // acme (two keys) is on pro; globex names no plan.
