@@ -7,9 +7,10 @@
 --   order (src/store/redis_script.cpp builds every name).
 -- ARGV: [1] time override in µs ("" in production: the clock is TIME), [2] cost,
 --   [3] number of identifiers, then per identifier its number of tiers n and n times 11
---   values: algorithm (f fixed | m fixed by calendar month | s sliding | g gcra | l log),
---   limit, per_us, bucket_us, buckets, burst (f, m: the window offset in µs), interval_us,
---   tolerance_us, min_interval_us, horizon_us, tier id.
+--   values: algorithm (f fixed | m fixed by calendar month | s sliding | g gcra | l log |
+--   c concurrency), limit, per_us (c: the lease), bucket_us, buckets, burst (f, m: the window
+--   offset in µs; c: the request's lease id, 0 for none), interval_us, tolerance_us,
+--   min_interval_us, horizon_us, tier id.
 -- Reply: { allowed (0|1), retry_after_us, then per tier in request order: remaining,
 --   reset_us, admitted (0|1) }. retry_after and reset count from the caller's clock, even
 --   where the decision was made at a key's later "@t".
@@ -26,6 +27,7 @@
 --     log             "<the ZSET's expiry in ms as last set here>" (0: no ZSET); the ZSET
 --                     holds the admitted times: score <ts>, member "<ts>:<seq>", seq from 1
 --                     per ts
+--     concurrency     "<lease id>:<expiry>," per request in flight, oldest first
 -- A commit keeps each key alive for its longest horizon past max(time used, clock); a TTL
 -- only grows, and when it must, with horizon / 8 of slack, so that a busy key is not
 -- extended on every request.
@@ -318,6 +320,32 @@ local function commit_log(zset, v, count, per, hz, at, at_s, from, cost, drop)
     return fmt('%s;%d', at_s, exp), seq + 1
 end
 
+-- concurrency: a lease counts while at < its expiry. With lease '0' (a charge, not a
+-- request) nothing is checked. Returns ok, remaining and the live leases as stored.
+local function check_concurrency(v, at, lim, lease)
+    local live, kept, all = 0, {}, true
+    local body = v and string.match(v, '^%d+;(.*)$')
+    if body then
+        for id, exp in string.gmatch(body, '(%d+):(%d+),') do
+            if exp + 0 > at then
+                live = live + 1
+                kept[live] = id .. ':' .. exp .. ','
+            else
+                all = false
+            end
+        end
+    end
+    local ok = lease == '0' or live < lim
+    local remaining = lim - live
+    if ok and lease ~= '0' then
+        remaining = remaining - 1
+    end
+    if all then
+        return ok, remaining, body or ''
+    end
+    return ok, remaining, table.concat(kept)
+end
+
 local call, fmt, match = redis.call, string.format, string.match
 local ARGV, KEYS = ARGV, KEYS
 local ERR = 'ERR sluice rate_limit: '
@@ -367,6 +395,83 @@ if ARGV[2] == 'undo' then
     return restored
 end
 
+-- Leases -------------------------------------------------------------------------------
+-- ARGV[2] == 'release' or 'renew': the concurrency slots of lease ARGV[3] (a request that
+-- ended, or runs on). KEYS: the identifiers' HASHes. ARGV: time override, the mode, the lease
+-- id, then per identifier its number of concurrency tiers n and n times: tier id, lease_us.
+-- A release drops the lease's entries; a renewal sets their expiry to max(time, "@t") +
+-- lease_us, but an entry that lapsed stays lapsed (its slot may be another's now), and keeps
+-- the HASH alive as long. Returns how many fields changed.
+
+if ARGV[2] == 'release' or ARGV[2] == 'renew' then
+    local renew, lease = ARGV[2] == 'renew', ARGV[3]
+    local tm = call('TIME')
+    local clock = tm[1] * 1000000 + tm[2]
+    local now = clock
+    if ARGV[1] ~= '' then
+        now = tonumber(ARGV[1])
+    end
+    local changed, a = 0, 4
+    for k = 1, #KEYS do
+        local hash, n = KEYS[k], tonumber(ARGV[a])
+        if not now or not n or not ARGV[a + 2 * n] then
+            return redis.error_reply(ERR .. 'bad lease arguments')
+        end
+        a = a + 1
+        local at = now
+        local t = tonumber(call('HGET', hash, '@t'))
+        if t and t > at then
+            at = t
+        end
+        local keep = 0  -- how long the HASH must live (µs of Unix time)
+        for _ = 1, n do
+            local f, len = ARGV[a], tonumber(ARGV[a + 1])
+            a = a + 2
+            local v = call('HGET', hash, f)
+            local head, body
+            if v then
+                head, body = match(v, '^(%d+;)(.*)$')
+            end
+            if body then
+                local out, hit = {}, false
+                for id, exp in string.gmatch(body, '(%d+):(%d+),') do
+                    if id ~= lease or (renew and exp + 0 <= at) then
+                        out[#out + 1] = id .. ':' .. exp .. ','  -- kept as it is (a lapsed one too)
+                    else
+                        hit = true
+                        if renew then
+                            out[#out + 1] = fmt('%s:%d,', id, at + len)
+                            local from = at
+                            if clock > from then
+                                from = clock
+                            end
+                            if from + len > keep then
+                                keep = from + len
+                            end
+                        end
+                    end
+                end
+                if hit then
+                    changed = changed + 1
+                    call('HSET', hash, f, head .. table.concat(out))
+                end
+            end
+        end
+        if keep > 0 then
+            keep = (keep + 999 - (keep + 999) % 1000) / 1000
+            local e = call('HGET', hash, '@e')
+            if not e or e + 0 < keep then
+                call('HSET', hash, '@e', fmt('%d', keep))
+                call('PEXPIREAT', hash, keep)
+            end
+        end
+    end
+    if a - 1 ~= #ARGV then
+        return redis.error_reply(ERR .. 'argument count mismatch')
+    end
+    return changed
+end
+
 -- Parse ARGV -----------------------------------------------------------------------------
 -- A last ARGV of a single letter is a flag (tier ids hold a '/', so none is mistaken):
 --   'u' (one identifier only) asks for the undo record of the commit, after the decision:
@@ -414,7 +519,7 @@ local allowed, retry_after, out, o
 local a, k  -- the ARGV index of the next tier count, the next KEYS index
 -- what an identifier's commit needs: the last one's here, and with several, each one's in
 -- `pending` (one table per call is spared in the common case of one identifier)
-local hash, at, at_s, e_s, horizon, n, has_log, vals, a0
+local hash, at, at_s, e_s, horizon, n, has_log, has_lease, vals, a0
 local pending
 -- Made by the first month tier of a call only: a function of this chunk is built anew on
 -- every call, whether used or not.
@@ -465,7 +570,7 @@ for pass = 1, 2 do
         if not at_s then
             at_s = fmt('%d', at)
         end
-        e_s, horizon, has_log = vals[2], 0, false
+        e_s, horizon, has_log, has_lease = vals[2], 0, false, false
         if record then
             olds = { vals[1] or '' }
             for j = 3, n + 2 do
@@ -598,6 +703,12 @@ for pass = 1, 2 do
                 if (ok and not soon) or always then
                     value = { zset, v, count, per, hz }  -- for commit_log
                 end
+            elseif algo == 'c' then
+                local kept
+                ok, remaining, kept = check_concurrency(v, at, ARGV[a + 2] + 0, ARGV[a + 6])
+                reset, admit_at = 0, 0  -- when a slot frees is unknown
+                has_lease = true
+                value = { kept }  -- the commit adds this request's lease if it is admitted
             else
                 return redis.error_reply(ERR .. 'bad algorithm')
             end
@@ -626,7 +737,7 @@ for pass = 1, 2 do
         end
         a = a + 1
         if pending then
-            pending[i] = { hash, at, at_s, e_s, horizon, n, has_log, vals, a0 }
+            pending[i] = { hash, at, at_s, e_s, horizon, n, has_log, has_lease, vals, a0 }
         end
     end
     if record then
@@ -654,7 +765,7 @@ for pass = 1, 2 do
 
     for i = 1, nkeys do
         if pending then
-            hash, at, at_s, e_s, horizon, n, has_log, vals, a0 = unpack(pending[i])
+            hash, at, at_s, e_s, horizon, n, has_log, has_lease, vals, a0 = unpack(pending[i])
         end
         if n > 0 then  -- a key without tiers is not written
             local from = at
@@ -675,6 +786,18 @@ for pass = 1, 2 do
                         if record then
                             olds[j + n] = fmt('%d', seq)
                         end
+                    end
+                end
+            end
+            if has_lease then
+                -- tier j's ARGV: its algorithm at a0 + 11j - 32, per (the lease) at - 30, lease id at - 27
+                for j = 3, n + 2 do
+                    if ARGV[a0 + 11 * j - 32] == 'c' then
+                        local v, lease = fmt('%s;%s', at_s, vals[j][1]), ARGV[a0 + 11 * j - 27]
+                        if allowed == 1 and lease ~= '0' then
+                            v = v .. fmt('%s:%d,', lease, at + ARGV[a0 + 11 * j - 30])
+                        end
+                        vals[j] = v
                     end
                 end
             end

@@ -345,6 +345,7 @@ int gateway::run() {
     // A Redis connection's socket and timers belong to its worker's io_context: let the
     // stores go first, while every io_context still exists (a drain cut short by
     // drain_timeout leaves them running).
+    for (auto& w : workers_) w->forget_leases();
     fallback_.clear();
     redis_.clear();
     workers_.clear();  // their io_contexts, with any handler still parked in a store, go first

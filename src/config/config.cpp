@@ -83,6 +83,10 @@ constexpr std::string_view reserved_policy_name = R"("none" is reserved: a route
 constexpr std::string_view bad_offset = "expected a duration like -5h or 30m";
 constexpr std::string_view month_fixed_only = "per: month is for algorithm: fixed (calendar windows)";
 constexpr std::string_view offset_fixed_only = "window_offset is for algorithm: fixed";
+constexpr std::string_view concurrency_takes_lease_only =
+    "a concurrency tier takes lease only (it counts requests in flight, not requests per window)";
+constexpr std::string_view lease_needs_concurrency = "lease applies to concurrency tiers only";
+constexpr std::string_view bad_lease = "must be between 3s and 1h";
 constexpr std::string_view count_rejected_with_log =
     "count_rejected cannot apply to log tiers (a log would keep every refused request)";
 constexpr std::string_view cost_header_needs_max_cost =
@@ -822,11 +826,11 @@ void read_response(const node_ref& n, response_config& out) {
 // --- policies ---
 
 // In the declaration order of `algorithm`.
-constexpr std::array<std::string_view, 4> algorithm_names{"fixed", "sliding", "gcra", "log"};
+constexpr std::array<std::string_view, 5> algorithm_names{"fixed", "sliding", "gcra", "log", "concurrency"};
 
 // Where the keys of a tier were written, for the checks that need the whole tier.
 struct tier_nodes {
-    std::optional<node_ref> limit, per, precision, burst, window_offset;
+    std::optional<node_ref> limit, per, precision, burst, window_offset, algo, min_interval, concurrency, lease;
 };
 
 duration read_per(const node_ref& v, bool& month) {
@@ -894,6 +898,21 @@ void settle_tier(tier_config& t, const tier_nodes& at) {
         case algorithm::log:
             if (t.limit > max_log_limit) at.limit->fail(log_limit_too_large);
             break;
+        case algorithm::concurrency: break;  // settle_concurrency
+    }
+}
+
+// `{concurrency: N, lease: 30s}`: at most N requests in flight, each slot leased for `lease`.
+void settle_concurrency(tier_config& t, const tier_nodes& at) {
+    for (const auto* other :
+         {&at.limit, &at.per, &at.algo, &at.precision, &at.burst, &at.min_interval, &at.window_offset}) {
+        if (*other) (*other)->fail_at_key(concurrency_takes_lease_only);
+    }
+    t.algo = algorithm::concurrency;
+    if (!at.lease) {
+        t.per = std::chrono::seconds(30);
+    } else if (t.per < std::chrono::seconds(3) || t.per > std::chrono::hours(1)) {
+        at.lease->fail(bad_lease);
     }
 }
 
@@ -903,18 +922,26 @@ tier_config read_tier(const node_ref& n, const std::string& kind) {
     tier_nodes at;
     read_mapping(n,
                  {
+                     {"concurrency",
+                      [&](const node_ref& v) {
+                          t.limit = read_count(v);
+                          at.concurrency = v;
+                      }},
+                     {"lease",
+                      [&](const node_ref& v) {
+                          t.per = read_duration(v, zero::refused);
+                          at.lease = v;
+                      }},
                      {"limit",
                       [&](const node_ref& v) {
                           t.limit = read_count(v);
                           at.limit = v;
-                      },
-                      presence::required},
+                      }},
                      {"per",
                       [&](const node_ref& v) {
                           t.per = read_per(v, t.month);
                           at.per = v;
-                      },
-                      presence::required},
+                      }},
                      {"window_offset",
                       [&](const node_ref& v) {
                           t.window_offset = read_signed_duration(v);
@@ -923,6 +950,7 @@ tier_config read_tier(const node_ref& n, const std::string& kind) {
                      {"algorithm",
                       [&](const node_ref& v) {
                           t.algo = read_enum<algorithm>(v, {"fixed", "sliding", "gcra", "log"});  // as algorithm_names
+                          at.algo = v;
                       }},
                      {"precision",
                       [&](const node_ref& v) {
@@ -934,8 +962,20 @@ tier_config read_tier(const node_ref& n, const std::string& kind) {
                           t.burst = read_count(v);
                           at.burst = v;
                       }},
-                     {"min_interval", [&](const node_ref& v) { t.min_interval = read_duration(v, zero::allowed); }},
+                     {"min_interval",
+                      [&](const node_ref& v) {
+                          t.min_interval = read_duration(v, zero::allowed);
+                          at.min_interval = v;
+                      }},
                  });
+    if (at.concurrency) {
+        settle_concurrency(t, at);
+        return t;
+    }
+    if (at.lease) at.lease->fail_at_key(lease_needs_concurrency);
+    if (!at.limit)
+        n.fail_at(n.mark(), n.path_of("limit"), "required key is missing (a tier has limit and per, or concurrency)");
+    if (!at.per) n.fail_at(n.mark(), n.path_of("per"), "required key is missing");
     settle_tier(t, at);
     return t;
 }
@@ -946,8 +986,11 @@ std::vector<tier_config> read_tiers(const node_ref& v, const std::string& kind) 
         tier_config t = read_tier(item, kind);
         for (std::size_t i = 0; i < out.size(); ++i) {
             if (shares_counter(out[i], t)) {
-                item.fail("duplicate tier (tier " + std::to_string(i) +
-                          " has the same algorithm, per and precision or burst: both would count in one place)");
+                item.fail(t.algo == algorithm::concurrency
+                              ? "duplicate tier (tier " + std::to_string(i) + " is a concurrency tier too)"
+                              : "duplicate tier (tier " + std::to_string(i) +
+                                    " has the same algorithm, per and precision or burst: both would count in one "
+                                    "place)");
             }
         }
         out.push_back(std::move(t));
@@ -1124,6 +1167,7 @@ void check_cost(const node_ref& at, std::int64_t cost, const std::vector<tier_co
                 const std::string& where) {
     for (std::size_t i = 0; i < tiers.size(); ++i) {
         const tier_config& t = tiers[i];
+        if (t.algo == algorithm::concurrency) continue;  // a request takes one slot, whatever its cost
         if (cost > t.limit) at.fail(cost_exceeds(cost, "limit", t.limit, where, i));
         if (t.algo == algorithm::gcra && cost > t.burst) at.fail(cost_exceeds(cost, "burst", t.burst, where, i));
     }

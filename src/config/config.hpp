@@ -196,19 +196,20 @@ struct response_config {
     bool operator==(const response_config&) const = default;
 };
 
-enum class algorithm { fixed, sliding, gcra, log };
-std::string_view to_string(algorithm a);  // "fixed", "sliding", "gcra", "log"
+enum class algorithm { fixed, sliding, gcra, log, concurrency };
+std::string_view to_string(algorithm a);  // "fixed", "sliding", "gcra", "log", "concurrency"
 
 // One limit. Validation guarantees: limit >= 1; per > 0; sliding: precision divides per
 // and per / precision <= 120 (default precision: per / 10, which must then be a whole
 // number of milliseconds); fixed: precision == per; gcra: burst >= 1 (default: limit);
-// log: limit <= 1000; min_interval >= 0; month and window_offset: fixed only.
+// log: limit <= 1000; min_interval >= 0; month and window_offset: fixed only;
+// concurrency (`{concurrency: N, lease: 30s}`): limit N, per the lease (3s to 1h), nothing else.
 // One tier as configured, its defaults settled. Its id and header name are given by
 // limit/policy (compile_policies).
 struct tier_config {
     std::string kind;  // "ip" or "user"
     std::int64_t limit = 0;
-    duration per{0};  // per: month: 31 days (the longest month), with `month` set
+    duration per{0};  // per: month: 31 days (the longest month), with `month` set; concurrency: the lease
     algorithm algo = algorithm::sliding;
     duration precision{0};   // fixed and sliding: the bucket size
     std::int64_t burst = 0;  // gcra
@@ -221,8 +222,10 @@ struct tier_config {
 
 // Two tiers of one policy that would count in one place (the same tier id in limit/policy):
 // the same kind, algorithm, per and precision or burst (and calendar month and window
-// offset). A policy may not hold both.
+// offset); two concurrency tiers of one kind. A policy may not hold both.
 inline bool shares_counter(const tier_config& a, const tier_config& b) {
+    if (a.algo == algorithm::concurrency || b.algo == algorithm::concurrency)
+        return a.kind == b.kind && a.algo == b.algo;
     return a.kind == b.kind && a.algo == b.algo && a.per == b.per && a.precision == b.precision && a.burst == b.burst &&
            a.month == b.month && a.window_offset == b.window_offset;
 }

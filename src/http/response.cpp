@@ -42,18 +42,27 @@ void write_limited(std::string& out, std::string_view policy, std::int64_t retry
     // in place: this is the answer a flood gets.
     char digits[24];
     const std::string_view retry(digits, std::to_chars(digits, digits + sizeof digits, retry_after_s).ptr - digits);
-    constexpr std::string_view open = R"({"error":"rate_limited","policy":")", mid = R"(","retry_after":)";
-    out += "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: ";
-    out += retry;
-    out += "\r\n";
+    constexpr std::string_view open = R"({"error":"rate_limited","policy":")";
+    constexpr std::string_view mid = R"(","retry_after":)", in_flight = R"(","reason":"too many requests in flight")";
+    const bool known = retry_after_s > 0;
+    out += "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n";
+    if (known) {
+        out += "Retry-After: ";
+        out += retry;
+        out += "\r\n";
+    }
     out += fields;
     out += "Content-Length: ";
-    append_number(out, open.size() + policy.size() + mid.size() + retry.size() + 1);
+    append_number(out, open.size() + policy.size() + (known ? mid.size() + retry.size() : in_flight.size()) + 1);
     out += close ? "\r\nConnection: close\r\n\r\n" : "\r\n\r\n";
     out += open;
     out += policy;
-    out += mid;
-    out += retry;
+    if (known) {
+        out += mid;
+        out += retry;
+    } else {
+        out += in_flight;
+    }
     out += '}';
 }
 

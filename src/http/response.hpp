@@ -65,7 +65,9 @@ inline constexpr failure client_gone{499, "client_closed", "the client closed th
 void write_failure(std::string& out, const failure& f, bool close, std::string_view extra = {});
 
 // Appends a whole 429: Retry-After, the rate-limit `fields`, and the JSON body
-// {"error":"rate_limited","policy":"<policy>","retry_after":N}.
+// {"error":"rate_limited","policy":"<policy>","retry_after":N}. With retry_after_s 0 (a
+// concurrency tier refused: no time can be promised), no Retry-After and the body
+// {"error":"rate_limited","policy":"<policy>","reason":"too many requests in flight"}.
 void write_limited(std::string& out, std::string_view policy, std::int64_t retry_after_s, std::string_view fields,
                    bool close);
 

@@ -62,7 +62,13 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
             keys_[n++] = {'u', cached_user_hash_, tiers};
         }
     }
-    request_ = {std::span(keys_.data(), n), cost, p.count_rejected};
+    request_ = {std::span(keys_.data(), n), cost, p.count_rejected, 0};
+    if (ctx.leases) {
+        for (std::size_t i = 0; i < n && request_.lease == 0; ++i) {
+            for (const tier& t : keys_[i].tiers)
+                if (t.algo == config::algorithm::concurrency) request_.lease = ctx.leases->next();
+        }
+    }
     if (n > 0) {
         out.id_kind = keys_[n - 1].kind;  // the user when there is one
         out.id = keys_[n - 1].id;

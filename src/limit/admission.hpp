@@ -48,6 +48,7 @@ struct admission_context {
     config::store_config::failure_mode on_error;
     config::response_config::header_style headers;
     offenders* refusals = nullptr;  // who is being limited (GET /top); null: not recorded
+    lease_ids* leases = nullptr;    // for a request that meets a concurrency tier; null: none is taken
 };
 
 class admission {
@@ -57,6 +58,7 @@ public:
     // user whose plan the policy has no tiers for).
     bool prepare(const admission_context& ctx, const policy& p, std::int64_t cost, const identity::caller& who,
                  const http::message_head& req, outcome& out);
+    // The store request; its lease is nonzero when the request meets a concurrency tier.
     const check_request& request() const { return request_; }
     // The decision, given the store's answer. Records metrics.
     void conclude(const admission_context& ctx, const policy& p, const check_result& result, metrics::shard& m,

@@ -120,23 +120,58 @@ void commit_log(const tier& t, tier_state& s, usec now, std::int64_t cost) {
     s.data.insert(s.data.end(), static_cast<std::size_t>(cost), now);
 }
 
-check check_algorithm(const tier& t, const tier_state& s, usec now, std::int64_t cost) {
+// concurrency: a lease counts while now < its expiry. When a slot frees is unknown: admit_at
+// stays 0, before any now, so retry_after takes nothing from it (decision::retry_unknown tells).
+std::int64_t live_leases(const tier_state& s, usec now) {
+    std::int64_t live = 0;
+    for (std::size_t i = 0; i < s.data.size(); i += 2) live += s.data[i + 1] > now;
+    return live;
+}
+
+check check_concurrency(const tier& t, const tier_state& s, usec now, std::uint64_t lease) {
+    const std::int64_t live = live_leases(s, now);
+    check c;
+    c.ok = lease == 0 || live < t.limit;
+    c.remaining = t.limit - live - (c.ok && lease != 0 ? 1 : 0);
+    return c;
+}
+
+// Drops the lapsed leases (and with `lease`, that one too), keeping the others' order.
+void drop_leases(tier_state& s, usec now, std::uint64_t lease = 0) {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < s.data.size(); i += 2) {
+        if (s.data[i + 1] <= now || static_cast<std::uint64_t>(s.data[i]) == lease) continue;
+        s.data[kept++] = s.data[i];
+        s.data[kept++] = s.data[i + 1];
+    }
+    s.data.resize(kept);
+}
+
+void commit_concurrency(const tier& t, tier_state& s, usec now, std::uint64_t lease, bool admitted) {
+    drop_leases(s, now);
+    if (!admitted || lease == 0) return;
+    s.data.push_back(static_cast<std::int64_t>(lease));
+    s.data.push_back(now + t.per);
+}
+
+check check_algorithm(const tier& t, const tier_state& s, usec now, std::int64_t cost, std::uint64_t lease) {
     switch (t.algo) {
         case config::algorithm::fixed:
         case config::algorithm::sliding: return check_buckets(t, s, now, cost);
         case config::algorithm::gcra: return check_gcra(t, s, now, cost);
         case config::algorithm::log: return check_log(t, s, now, cost);
+        case config::algorithm::concurrency: return check_concurrency(t, s, now, lease);
     }
     return {};
 }
 
-check check_tier(const tier& t, const tier_state& s, usec now, std::int64_t cost) {
-    check c = check_algorithm(t, s, now, cost);
+check check_tier(const tier& t, const tier_state& s, usec now, std::int64_t cost, std::uint64_t lease) {
+    check c = check_algorithm(t, s, now, cost, lease);
     if (t.min_interval > 0 && s.last != no_time && now - s.last < t.min_interval) {
         const usec interval_ok_at = s.last + t.min_interval;
         if (c.ok) {
             // Quota is left but it is too soon: report the quota as it stands.
-            auto standing = check_algorithm(t, s, now, 0);
+            auto standing = check_algorithm(t, s, now, 0, 0);
             c.remaining = standing.remaining;
             c.reset = standing.reset;
             c.admit_at = interval_ok_at;
@@ -149,12 +184,13 @@ check check_tier(const tier& t, const tier_state& s, usec now, std::int64_t cost
     return c;
 }
 
-void commit_tier(const tier& t, tier_state& s, usec now, std::int64_t cost) {
+void commit_tier(const tier& t, tier_state& s, usec now, std::int64_t cost, std::uint64_t lease, bool admitted) {
     switch (t.algo) {
         case config::algorithm::fixed:
         case config::algorithm::sliding: commit_buckets(t, s, now, cost); break;
         case config::algorithm::gcra: commit_gcra(t, s, now, cost); break;
         case config::algorithm::log: commit_log(t, s, now, cost); break;
+        case config::algorithm::concurrency: commit_concurrency(t, s, now, lease, admitted); break;
     }
     s.last = now;
 }
@@ -219,7 +255,8 @@ tier tier::from(const config::tier_config& c, std::string id, std::string name) 
             t.buckets = t.per / t.bucket;
             break;
         case config::algorithm::gcra: t.burst = c.burst; break;
-        case config::algorithm::log: break;
+        case config::algorithm::log:
+        case config::algorithm::concurrency: break;
     }
     derive_from_limit(t);
     return t;
@@ -257,14 +294,14 @@ const tier_result* decision::tightest() const {
 
 namespace {
 
-decision check_all(std::span<const key_request> keys, usec now, std::int64_t cost) {
+decision check_all(std::span<const key_request> keys, usec now, std::int64_t cost, std::uint64_t lease) {
     decision d;
     for (std::size_t k = 0; k < keys.size(); ++k) {
         key_state& ks = *keys[k].state;
         const usec at = std::max(now, ks.last_time);
         for (const tier& t : keys[k].tiers) {
             const tier_state* s = ks.find(t.key);
-            auto c = check_tier(t, s ? *s : empty_state, at, cost);
+            auto c = check_tier(t, s ? *s : empty_state, at, cost, lease);
             // Like retry_after, reset is measured from the caller's now.
             d.tiers.push_back({&t, k, c.remaining, c.reset + (at - now), c.ok});
             if (!c.ok) {
@@ -279,13 +316,13 @@ decision check_all(std::span<const key_request> keys, usec now, std::int64_t cos
     return d;
 }
 
-void commit_all(std::span<const key_request> keys, usec now, std::int64_t cost) {
+void commit_all(std::span<const key_request> keys, usec now, std::int64_t cost, std::uint64_t lease, bool admitted) {
     for (const auto& kr : keys) {
         key_state& ks = *kr.state;
         const usec at = std::max(now, ks.last_time);
         for (const tier& t : kr.tiers) {
             tier_state& s = ks.find_or_add(t.key);
-            commit_tier(t, s, at, cost);
+            commit_tier(t, s, at, cost, lease, admitted);
             usec until = at + t.horizon;
             // Counted past its tolerance (count_rejected, charges), a gcra state matters until its tat.
             if (t.algo == config::algorithm::gcra) until = std::max(until, s.data[0]);
@@ -297,12 +334,47 @@ void commit_all(std::span<const key_request> keys, usec now, std::int64_t cost) 
 
 }  // namespace
 
-decision decide(std::span<const key_request> keys, usec now, std::int64_t cost, bool count_rejected) {
-    decision d = check_all(keys, now, cost);
+decision decide(std::span<const key_request> keys, usec now, std::int64_t cost, bool count_rejected,
+                std::uint64_t lease) {
+    decision d = check_all(keys, now, cost, lease);
     if (!d.allowed && !count_rejected) return d;
-    commit_all(keys, now, cost);
+    commit_all(keys, now, cost, lease, d.allowed);
     if (d.allowed) return d;
-    return check_all(keys, now, cost);  // counted though refused: it only pushed admission later
+    return check_all(keys, now, cost, lease);  // counted though refused: it only pushed admission later
+}
+
+bool decision::retry_unknown() const {
+    return std::any_of(tiers.begin(), tiers.end(),
+                       [](const tier_result& r) { return !r.admitted && r.t->algo == config::algorithm::concurrency; });
+}
+
+namespace {
+
+template <class Change>
+void each_lease_tier(std::span<const key_request> keys, Change change) {
+    for (const auto& kr : keys) {
+        for (const tier& t : kr.tiers) {
+            if (t.algo != config::algorithm::concurrency) continue;
+            if (tier_state* s = kr.state->find(t.key)) change(*kr.state, t, *s);
+        }
+    }
+}
+
+}  // namespace
+
+void release_lease(std::span<const key_request> keys, std::uint64_t lease) {
+    each_lease_tier(keys, [&](key_state&, const tier&, tier_state& s) { drop_leases(s, no_time, lease); });
+}
+
+void renew_lease(std::span<const key_request> keys, usec now, std::uint64_t lease) {
+    each_lease_tier(keys, [&](key_state& ks, const tier& t, tier_state& s) {
+        const usec at = std::max(now, ks.last_time);
+        for (std::size_t i = 0; i < s.data.size(); i += 2) {
+            if (static_cast<std::uint64_t>(s.data[i]) != lease || s.data[i + 1] <= at) continue;
+            s.data[i + 1] = at + t.per;
+            ks.expires = std::max(ks.expires, at + t.per);
+        }
+    });
 }
 
 }  // namespace sluice::limit

@@ -54,6 +54,7 @@ struct tier {
 //   fixed, sliding: pairs (bucket index, count) of non-empty buckets, oldest first
 //   gcra:           [tat]
 //   log:            admitted timestamps, oldest first (a request of cost c adds c entries)
+//   concurrency:    pairs (lease id, lease expiry) of the requests in flight, oldest first
 struct tier_state {
     std::uint64_t key = 0;
     usec last = no_time;  // min_interval: the last admission
@@ -80,7 +81,7 @@ struct tier_result {
     const tier* t = nullptr;
     std::size_t key_index = 0;   // which key_request it belongs to
     std::int64_t remaining = 0;  // after this request (if admitted)
-    usec reset = 0;              // until more quota is available (0: none is used)
+    usec reset = 0;              // until more quota is available (0: none is used; concurrency: always 0)
     bool admitted = true;        // this tier alone would admit the request
 };
 
@@ -88,6 +89,9 @@ struct decision {
     bool allowed = true;
     usec retry_after = 0;  // when denied: the earliest later instant the same request is admitted, minus now
     std::vector<tier_result> tiers;
+
+    // Denied by a concurrency tier: no one knows when a slot frees, so retry_after is no promise.
+    bool retry_unknown() const;
 
     // The tier with the least remaining (ties: the longest reset); null if there are no tiers.
     const tier_result* tightest() const;
@@ -99,7 +103,18 @@ struct decision {
 // With count_rejected (a policy's penalty mode) a denied request is committed too, and the
 // decision is the check of the same request after that commit: the tiers as they now stand,
 // and retry_after the instant this request would next be admitted.
-decision decide(std::span<const key_request> keys, usec now, std::int64_t cost, bool count_rejected = false);
+//
+// A concurrency tier takes one slot per request whatever its cost, under lease id `lease`
+// until now + per (the lease), and only for an admitted request (a refused one is not in
+// flight, counted or not). With lease 0 (a charge after the response) it is not checked and
+// takes nothing.
+decision decide(std::span<const key_request> keys, usec now, std::int64_t cost, bool count_rejected = false,
+                std::uint64_t lease = 0);
+
+// The concurrency slots of lease `lease` in `keys`: given back, or kept for another `per`
+// from now (a lease that already lapsed is not taken again: its slot may be someone else's).
+void release_lease(std::span<const key_request> keys, std::uint64_t lease);
+void renew_lease(std::span<const key_request> keys, usec now, std::uint64_t lease);
 
 // Rounds a duration in microseconds up to whole milliseconds / seconds.
 inline std::int64_t ceil_ms(usec d) { return d <= 0 ? 0 : (d + 999) / 1000; }

@@ -4,7 +4,9 @@
 //           RateLimit: "ip-1s";r=3;t=1                                   (the tightest tier)
 //   legacy: X-RateLimit-Limit / -Remaining / -Reset (seconds), for the tightest tier
 // q is the tier's limit and w its window in seconds (rounded up); r is what remains and t
-// the seconds (rounded up) until more quota is available.
+// the seconds (rounded up) until more quota is available. A concurrency tier has
+// qu="concurrent-requests" instead of w, and neither t nor X-RateLimit-Reset: when a request
+// in flight ends is unknown.
 //
 // Thread: pure functions.
 #pragma once
@@ -19,7 +21,8 @@ namespace sluice::limit {
 // Appends header lines ("Name: value\r\n") describing `d` in the chosen style.
 void append_rate_limit_fields(std::string& out, const decision& d, config::response_config::header_style style);
 
-// Whole seconds for Retry-After: the retry rounded up, never earlier than the RateLimit t.
+// Whole seconds for Retry-After: the retry rounded up, never earlier than the RateLimit t;
+// 0 (no Retry-After) when a concurrency tier refused.
 std::int64_t retry_after_seconds(const decision& d);
 
 }  // namespace sluice::limit

@@ -7,7 +7,10 @@ namespace sluice::limit {
 
 namespace {
 
-std::string per_text(const config::tier_config& t) { return t.month ? "month" : config::format_duration(t.per); }
+std::string per_text(const config::tier_config& t) {
+    if (t.algo == config::algorithm::concurrency) return "concurrency";
+    return t.month ? "month" : config::format_duration(t.per);
+}
 
 }  // namespace
 
@@ -18,12 +21,15 @@ std::string tier_id(std::string_view policy, const config::tier_config& t) {
     id += t.kind;
     id += '/';
     id += config::to_string(t.algo);
+    // Leases of one identifier share a counter whatever their length or number.
+    if (t.algo == algorithm::concurrency) return id;
     id += '/';
     id += per_text(t);
     id += '/';
     switch (t.algo) {
         case algorithm::gcra: id += std::to_string(t.burst); break;
         case algorithm::log: id += per_text(t); break;
+        case algorithm::concurrency: break;
         case algorithm::fixed:
         case algorithm::sliding: id += t.month ? "month" : config::format_duration(t.precision); break;
     }

@@ -32,13 +32,13 @@ struct policy {
 };
 
 // A tier's id: "<policy>/<kind>/<algorithm>/<per>/<precision|burst|per>[/<+|-><offset>]"
-// ("month" for per: month), stable across reloads; a plan's tier in a policy: "<policy>@<plan>/user/...", so a caller
-// moved to another plan starts that plan's counts. It names the tier's counter in the store, so a tier keeps its counts
-// through a reload that changes only its limit or min_interval. Two tiers of one policy (or plan) with one id are
-// refused by the config (config::shares_counter).
+// ("month" for per: month; "<policy>/<kind>/concurrency" for a concurrency tier), stable across reloads; a plan's tier
+// in a policy: "<policy>@<plan>/user/...", so a caller moved to another plan starts that plan's counts. It names the
+// tier's counter in the store, so a tier keeps its counts through a reload that changes only its limit or min_interval.
+// Two tiers of one policy (or plan) with one id are refused by the config (config::shares_counter).
 std::string tier_id(std::string_view policy, const config::tier_config& t);
 
-// The tiers' names for the rate-limit headers, ip tiers then user tiers: "<kind>-<per>",
+// The tiers' names for the rate-limit headers, ip tiers then user tiers: "<kind>-<per>" ("<kind>-concurrency"),
 // unique within the policy. Names shared by several tiers get "-<algorithm>", and any still
 // shared "-2", "-3"... from the second one on. A plan's user tiers are named
 // "<plan>-user-<per>" the same way.

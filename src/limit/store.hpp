@@ -15,6 +15,7 @@
 
 #include <array>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 
@@ -32,7 +33,26 @@ struct check_request {
     std::span<const store_key> keys;
     std::int64_t cost = 1;
     bool count_rejected = false;  // a denial is counted too (limit::decide)
+    std::uint64_t lease = 0;      // the slot an admission takes in each concurrency tier (0: none), below 2^53
 };
+
+// Lease ids for the slots of concurrency tiers: random (gateways draw them independently),
+// never 0, below 2^53 (the Redis script's numbers are doubles).
+class lease_ids {
+public:
+    lease_ids() : gen_(std::random_device{}()) {}
+    std::uint64_t next() {
+        std::uint64_t id = 0;
+        while (id == 0) id = gen_() >> 11;
+        return id;
+    }
+
+private:
+    std::mt19937_64 gen_;
+};
+
+// What becomes of the concurrency slots a request holds (limit::release_lease, renew_lease).
+enum class lease_change { renew, release };
 
 struct check_result {
     enum class status { ok, error };
@@ -48,6 +68,9 @@ public:
     virtual std::optional<check_result> try_check(const check_request& r) = 0;
     // Answers after a round trip. Only called when try_check answered nullopt.
     virtual boost::asio::awaitable<check_result> check(check_request r) = 0;
+    // Renews or gives back the slots of lease r.lease in r's concurrency tiers, without
+    // waiting: a change the store misses (Redis unreachable) leaves a slot to lapse at its lease.
+    virtual void change_lease(const check_request& r, lease_change c) = 0;
     // Identifiers held now (for the keys-held gauge); any thread.
     virtual std::size_t keys_held() const = 0;
     // A new configuration was installed: drop anything cached from the old one (the

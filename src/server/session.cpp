@@ -103,6 +103,7 @@ awaitable<void> session::run() {
 
 awaitable<bool> session::serve_one() {
     const after next = co_await phases();
+    lease_.release();  // the answer is complete (or failed): its slots are free
     end_request();
     if (next == after::linger) co_await linger();
     if (out_.capacity() > kept_bytes) std::string().swap(out_);
@@ -211,14 +212,19 @@ std::optional<http::failure> session::check_head() {
 awaitable<void> session::check_limits() {
     const auto* r = req_.route;
     if (!r || !r->limits) co_return;
-    const limit::admission_context ctx{snap_->clients,         w_.hasher,   snap_->generation, cfg_->store.on_error,
-                                       cfg_->response.headers, &w_.refusals};
+    const limit::admission_context ctx{snap_->clients,         w_.hasher,    snap_->generation, cfg_->store.on_error,
+                                       cfg_->response.headers, &w_.refusals, &w_.lease_ids};
     if (!admission_.prepare(ctx, *r->limits, r->cost, req_.who, head_, req_.outcome)) co_return;
     const auto asked = clock::now();
     auto result = w_.store.try_check(admission_.request());
     if (!result) result = co_await w_.store.check(admission_.request());
     w_.metrics.store_called(std::chrono::duration<double>(clock::now() - asked).count());
     admission_.conclude(ctx, *r->limits, *result, w_.metrics, req_.outcome);
+    if (admission_.request().lease != 0 && result->state == limit::check_result::status::ok &&
+        result->verdict.allowed) {
+        lease_.hold(w_.store, snap_, admission_.request(), clock::now());
+        w_.renew_while_held(lease_);
+    }
 }
 
 // The upstream reported more than the route's cost (cost_header): the rest is charged to the
@@ -230,6 +236,7 @@ awaitable<void> session::charge_reported_cost() {
     limit::check_request r = admission_.request();
     r.cost = req_.charge;
     r.count_rejected = true;
+    r.lease = 0;  // a charge takes no slot
     auto result = w_.store.try_check(r);
     if (!result) result = co_await w_.store.check(r);
     if (result->state == limit::check_result::status::error) w_.metrics.store_failed();

@@ -107,6 +107,7 @@ private:
     http::tracked_connection track_;
     proxy::relay relay_{track_};
     limit::admission admission_;
+    held_lease lease_;  // the concurrency slots of the request being served
     request_state req_;
     failure head_failure_ = http::fail::bad_request;
     bool upgrade_ = false;

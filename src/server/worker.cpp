@@ -99,6 +99,31 @@ void worker::upstream_failed() {
         });
 }
 
+void worker::renew_while_held(held_lease& l) {
+    leases_.push_back(l);
+    if (!renewing_) renew_leases();
+}
+
+// Once a second: a lease is at least 3 s (config), renewed every third of it.
+void worker::renew_leases() {
+    renewing_ = !leases_.empty();
+    if (!renewing_) return;  // nothing held: no timer keeps the loop busy
+    lease_timer_.expires_after(std::chrono::seconds(1));
+    lease_timer_.async_wait([this](boost::system::error_code ec) {
+        if (ec) {
+            renewing_ = false;
+            return;
+        }
+        const auto now = clock::now();
+        for (auto& l : leases_) l.renew_if_due(now);
+        renew_leases();
+    });
+}
+
+void worker::forget_leases() {
+    while (!leases_.empty()) leases_.front().forget();
+}
+
 void worker::begin_drain(std::function<void()> on_drained) {
     draining = true;
     boost::system::error_code ignored;

@@ -13,10 +13,12 @@
 #include "metrics/metrics.hpp"
 #include "proxy/pool.hpp"
 #include "server/access_log.hpp"
+#include "server/lease.hpp"
 #include "server/snapshot.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <atomic>
 #include <memory>
@@ -39,6 +41,7 @@ struct worker {
     limit::store& store;
     identity::hasher hasher;
     limit::offenders refusals;           // who this worker refused lately (GET /top)
+    limit::lease_ids lease_ids;          // for the requests that meet a concurrency tier
     access_log::lane* access = nullptr;  // null: access log off
     std::vector<boost::asio::ip::tcp::endpoint> upstream_endpoints;
     // Client connections open in every worker, against server.max_connections: one count
@@ -61,10 +64,20 @@ struct worker {
     // Resolves the upstream's name again, in the background (at most once a second), after
     // a connection to it failed: a DNS name may have moved. Nothing for an IP literal.
     void upstream_failed();
+    // Renews `l` (held) until it is released: a timer runs while any lease is held.
+    void renew_while_held(held_lease& l);
+    // Forgets every lease held (their requests are cut short with the loop stopped): before
+    // the store goes away, as requests still parked in `ioc` end only when it is destroyed.
+    void forget_leases();
 
 private:
+    void renew_leases();
+
     clock::time_point resolved_at_{};
     bool resolving_ = false;
+    boost::intrusive::list<held_lease, boost::intrusive::constant_time_size<false>> leases_;
+    boost::asio::steady_timer lease_timer_{ioc};
+    bool renewing_ = false;
 };
 
 }  // namespace sluice::server

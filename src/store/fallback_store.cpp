@@ -45,7 +45,7 @@ limit::check_result fallback_store::decide_locally(const limit::check_request& r
     try {
         keys_.assign(r.keys.begin(), r.keys.end());
         for (auto& k : keys_) k.tiers = divided(k.tiers);
-        return *local_.try_check({keys_, r.cost, r.count_rejected});
+        return *local_.try_check({keys_, r.cost, r.count_rejected, r.lease});
     } catch (const std::exception&) {
         limit::check_result out;  // then store.on_error local fails open, as allow does
         out.state = limit::check_result::status::error;

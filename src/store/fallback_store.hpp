@@ -55,6 +55,11 @@ public:
 
     std::optional<limit::check_result> try_check(const limit::check_request& r) override;
     boost::asio::awaitable<limit::check_result> check(limit::check_request r) override;
+    // To both stores: whichever admitted holds the lease (a tier's key is the same divided).
+    void change_lease(const limit::check_request& r, limit::lease_change c) override {
+        shared_.change_lease(r, c);
+        local_.change_lease(r, c);
+    }
     std::size_t keys_held() const override { return shared_.keys_held(); }
     void on_reload() override;
     // The shared store's readiness: with it not ready this store still answers, locally.

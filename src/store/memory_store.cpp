@@ -76,8 +76,8 @@ memory_store::entry& memory_store::find_or_insert(stripe& s, const map_key& k, l
     return pos->second;
 }
 
-std::optional<limit::check_result> memory_store::try_check(const limit::check_request& r) {
-    // Lock each distinct stripe once, in ascending order: no deadlock between requests.
+template <class Fn>
+void memory_store::locked(const limit::check_request& r, Fn fn) {
     std::array<std::size_t, 8> order{};
     const std::size_t n = std::min(r.keys.size(), order.size());
     for (std::size_t i = 0; i < n; ++i) order[i] = stripe_of(r.keys[i].id);
@@ -86,23 +86,47 @@ std::optional<limit::check_result> memory_store::try_check(const limit::check_re
     std::array<std::unique_lock<std::mutex>, 8> locks;
     for (std::ptrdiff_t i = 0; i < distinct; ++i)
         locks[static_cast<std::size_t>(i)] = std::unique_lock(stripes_[order[i]].mu);
-
     const limit::usec now = clock_();
     for (std::ptrdiff_t i = 0; i < distinct; ++i) maintain(stripes_[order[static_cast<std::size_t>(i)]], now);
-    std::array<limit::key_request, 8> reqs;
-    std::array<entry*, 8> entries{};
-    std::array<bool, 8> inserted{};
-    for (std::size_t i = 0; i < n; ++i) {
-        auto& s = stripes_[stripe_of(r.keys[i].id)];
-        entries[i] = &find_or_insert(s, {r.keys[i].id, r.keys[i].kind}, now, inserted[i], std::span(entries.data(), i));
-        reqs[i] = {&entries[i]->state, r.keys[i].tiers};
-    }
+    fn(now);
+}
+
+std::optional<limit::check_result> memory_store::try_check(const limit::check_request& r) {
     limit::check_result out;
-    out.verdict = limit::decide(std::span(reqs.data(), n), now, r.cost, r.count_rejected);
-    // A key created for a request that was then denied holds nothing: drop it again.
-    for (std::size_t i = 0; i < n; ++i)
-        if (inserted[i] && entries[i]->state.tiers.empty()) erase(stripes_[stripe_of(r.keys[i].id)], *entries[i]);
+    locked(r, [&](limit::usec now) {
+        const std::size_t n = std::min<std::size_t>(r.keys.size(), 8);
+        std::array<limit::key_request, 8> reqs;
+        std::array<entry*, 8> entries{};
+        std::array<bool, 8> inserted{};
+        for (std::size_t i = 0; i < n; ++i) {
+            auto& s = stripes_[stripe_of(r.keys[i].id)];
+            entries[i] =
+                &find_or_insert(s, {r.keys[i].id, r.keys[i].kind}, now, inserted[i], std::span(entries.data(), i));
+            reqs[i] = {&entries[i]->state, r.keys[i].tiers};
+        }
+        out.verdict = limit::decide(std::span(reqs.data(), n), now, r.cost, r.count_rejected, r.lease);
+        // A key created for a request that was then denied holds nothing: drop it again.
+        for (std::size_t i = 0; i < n; ++i)
+            if (inserted[i] && entries[i]->state.tiers.empty()) erase(stripes_[stripe_of(r.keys[i].id)], *entries[i]);
+    });
     return out;
+}
+
+void memory_store::change_lease(const limit::check_request& r, limit::lease_change c) {
+    locked(r, [&](limit::usec now) {
+        std::array<limit::key_request, 8> reqs;
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < r.keys.size() && n < reqs.size(); ++i) {
+            auto& s = stripes_[stripe_of(r.keys[i].id)];
+            auto it = s.map.find({r.keys[i].id, r.keys[i].kind});
+            if (it != s.map.end()) reqs[n++] = {&it->second.state, r.keys[i].tiers};
+        }
+        if (c == limit::lease_change::release) {
+            limit::release_lease(std::span(reqs.data(), n), r.lease);
+        } else {
+            limit::renew_lease(std::span(reqs.data(), n), now, r.lease);
+        }
+    });
 }
 
 boost::asio::awaitable<limit::check_result> memory_store::check(limit::check_request r) { co_return *try_check(r); }

@@ -35,6 +35,7 @@ public:
 
     std::optional<limit::check_result> try_check(const limit::check_request& r) override;
     boost::asio::awaitable<limit::check_result> check(limit::check_request r) override;
+    void change_lease(const limit::check_request& r, limit::lease_change c) override;
     std::size_t keys_held() const override;
     std::uint64_t evictions() const;
     // Drops every identifier whose windows have all passed, one stripe lock at a time.
@@ -64,6 +65,10 @@ private:
     };
 
     static std::size_t stripe_of(const limit::digest& id);
+    // Runs fn(now) holding the stripe locks of r's keys, taken in ascending order (so two
+    // requests never deadlock), each distinct stripe once.
+    template <class Fn>
+    void locked(const limit::check_request& r, Fn fn);
     void maintain(stripe& s, limit::usec now);
     entry& find_or_insert(stripe& s, const map_key& k, limit::usec now, bool& inserted, std::span<entry* const> in_use);
     void sweep(stripe& s, limit::usec now);

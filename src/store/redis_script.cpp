@@ -13,6 +13,7 @@ char algorithm_code(const limit::tier& t) {
         case config::algorithm::sliding: return 's';
         case config::algorithm::gcra: return 'g';
         case config::algorithm::log: return 'l';
+        case config::algorithm::concurrency: return 'c';
     }
     return '?';
 }
@@ -91,7 +92,11 @@ void build_call(std::vector<std::string>& argv, std::string_view sha, std::strin
             append_int(argv, t.per);
             append_int(argv, t.bucket);
             append_int(argv, t.buckets);
-            append_int(argv, t.algo == config::algorithm::fixed ? t.offset : t.burst);
+            switch (t.algo) {
+                case config::algorithm::fixed: append_int(argv, t.offset); break;
+                case config::algorithm::concurrency: append_int(argv, static_cast<std::int64_t>(r.lease)); break;
+                default: append_int(argv, t.burst); break;
+            }
             append_int(argv, t.interval);
             append_int(argv, t.tolerance);
             append_int(argv, t.min_interval);
@@ -133,6 +138,39 @@ void build_undo(std::vector<std::string>& argv, std::string_view sha, std::strin
         argv.push_back(u.tiers[i].after);
         argv.push_back(k.tiers[i].algo == config::algorithm::log ? u.tiers[i].log_seq : std::string());
     }
+}
+
+bool build_lease(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
+                 const limit::check_request& r, limit::lease_change change, std::optional<limit::usec> now_override) {
+    const auto leased = [](const limit::tier& t) { return t.algo == config::algorithm::concurrency; };
+    argv.emplace_back("EVALSHA");
+    argv.emplace_back(sha);
+    const std::size_t numkeys_at = argv.size();
+    argv.emplace_back();
+    std::size_t numkeys = 0;
+    for (const auto& k : r.keys) {
+        if (std::none_of(k.tiers.begin(), k.tiers.end(), leased)) continue;
+        argv.push_back(key_name(key_prefix, k));
+        ++numkeys;
+    }
+    argv[numkeys_at] = std::to_string(numkeys);
+    if (now_override)
+        append_int(argv, *now_override);
+    else
+        argv.emplace_back();
+    argv.emplace_back(change == limit::lease_change::release ? "release" : "renew");
+    append_int(argv, static_cast<std::int64_t>(r.lease));
+    for (const auto& k : r.keys) {
+        const auto n = std::count_if(k.tiers.begin(), k.tiers.end(), leased);
+        if (n == 0) continue;
+        append_int(argv, n);
+        for (const auto& t : k.tiers) {
+            if (!leased(t)) continue;
+            argv.push_back(t.id);
+            append_int(argv, t.per);
+        }
+    }
+    return numkeys > 0;
 }
 
 limit::check_result parse_reply(const redisReply* reply, const limit::check_request& r, undo_record* undo) {

@@ -7,9 +7,9 @@
 //   KEYS: per identifier in request order: "<prefix>{ip:<hex>}" (or {user:...}), then one
 //         "<prefix>{ip:<hex>}:log:<tier id>" per log tier of it, in tier order.
 //   ARGV: time override in µs ("" in production), cost, number of identifiers, then per
-//         identifier: its tier count n and n times: algorithm (f|s|g|l), limit, per_us,
-//         bucket_us, buckets, burst, interval_us, tolerance_us, min_interval_us,
-//         horizon_us, tier id.
+//         identifier: its tier count n and n times: algorithm (f|m|s|g|l|c), limit, per_us,
+//         bucket_us, buckets, burst (or offset, or lease id), interval_us, tolerance_us,
+//         min_interval_us, horizon_us, tier id.
 // Reply: [allowed 0|1, retry_after_us, then per tier: remaining, reset_us, admitted 0|1].
 //
 // Thread: pure functions.
@@ -54,6 +54,13 @@ enum class call_flag { none, undo, query };
 void build_call(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
                 const limit::check_request& r, std::optional<limit::usec> now_override = std::nullopt,
                 call_flag flag = call_flag::none);
+
+// Appends the EVALSHA that renews or releases lease r.lease in the concurrency tiers of r's
+// identifiers (the identifiers without one are left out). False when none has one: nothing
+// to send.
+bool build_lease(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
+                 const limit::check_request& r, limit::lease_change change,
+                 std::optional<limit::usec> now_override = std::nullopt);
 
 // The decision, or status::error with a short message for error replies / malformed replies.
 // Fills decision.tiers with pointers to the request's tiers (in request order), key_index set.

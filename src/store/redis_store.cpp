@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -29,6 +30,20 @@ std::string script_sha1(const std::string& script) {
         out += digits[md[i] & 0xf];
     }
     return out;
+}
+
+// A lease change, on its own: the connection (or cluster) is held until the reply.
+asio::awaitable<void> send_lease(std::shared_ptr<redis_connection> conn, std::shared_ptr<redis_cluster> cluster,
+                                 std::uint16_t slot, std::vector<std::string> argv, redis_clock::time_point deadline,
+                                 std::shared_ptr<redis_counters> counters) {
+    redis_connection::result reply;
+    // (Not a conditional expression: GCC 12 destroys a co_await's result twice there.)
+    if (conn) {
+        reply = co_await conn->call(std::move(argv), true);
+    } else {
+        reply = co_await cluster->call(slot, std::move(argv), true, deadline);
+    }
+    if (!reply.ok() || reply.reply->type != REDIS_REPLY_INTEGER) counters->errors.add();
 }
 
 }  // namespace
@@ -122,7 +137,8 @@ boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_requ
             counters_->errors.add();
             co_return out;
         }
-        if (!out.verdict.allowed && !r.count_rejected && generation == generation_) {
+        // A concurrency refusal holds only until some request ends: it is not cached.
+        if (!out.verdict.allowed && !r.count_rejected && !out.verdict.retry_unknown() && generation == generation_) {
             cache_.insert(r, out.verdict, asked);
             counters_->deny_cache_size.set(cache_.size());
         }
@@ -133,11 +149,30 @@ boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_requ
     co_return failed("redis store failure");
 }
 
+void redis_store::change_lease(const limit::check_request& r, limit::lease_change c) {
+    if (r.lease == 0 || !can_call()) return;
+    if (conn_) {
+        std::vector<std::string> argv;
+        if (!redis_script::build_lease(argv, conn_->script_sha(), key_prefix_, r, c)) return;
+        asio::co_spawn(ex_, send_lease(conn_, nullptr, 0, std::move(argv), {}, counters_), asio::detached);
+        return;
+    }
+    // One call per identifier: each is its own slot.
+    const auto deadline = redis_clock::now() + conn_opts_.timeout;
+    for (std::size_t i = 0; i < r.keys.size(); ++i) {
+        std::vector<std::string> argv;
+        const limit::check_request one{r.keys.subspan(i, 1), r.cost, r.count_rejected, r.lease};
+        if (!redis_script::build_lease(argv, cluster_sha_, key_prefix_, one, c)) continue;
+        const auto slot = cluster::key_slot(argv[3]);
+        asio::co_spawn(ex_, send_lease(nullptr, cluster_, slot, std::move(argv), deadline, counters_), asio::detached);
+    }
+}
+
 boost::asio::awaitable<limit::check_result> redis_store::decide_part(limit::check_request r, std::size_t key,
                                                                      redis_script::call_flag flag,
                                                                      redis_script::undo_record* undo,
                                                                      redis_clock::time_point deadline) {
-    const limit::check_request one{r.keys.subspan(key, 1), r.cost, r.count_rejected};
+    const limit::check_request one{r.keys.subspan(key, 1), r.cost, r.count_rejected, r.lease};
     std::vector<std::string> argv;
     redis_script::build_call(argv, cluster_sha_, key_prefix_, one, std::nullopt, flag);
     const auto slot = cluster::key_slot(argv[3]);  // the identifier's HASH: its hash tag
@@ -195,7 +230,18 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_on_cluster(const
     for (const auto& p : parts) denied = denied || (ok(p) && !p.verdict.allowed);
     if (denied && counted) {
         // As decide() does after counting a refusal: the identifiers that admitted are
-        // checked again on what they now hold (the refusing ones' replies already are).
+        // checked again on what they now hold (the refusing ones' replies already are),
+        // once the slots they took for a request that is not admitted are given back.
+        if (r.lease != 0) {
+            for (std::size_t i = 0; i < n; ++i) {
+                std::vector<std::string> argv;
+                const limit::check_request one{r.keys.subspan(i, 1), r.cost, false, r.lease};
+                if (!ok(parts[i]) || !parts[i].verdict.allowed ||
+                    !redis_script::build_lease(argv, cluster_sha_, key_prefix_, one, limit::lease_change::release))
+                    continue;
+                co_await cluster_->call(cluster::key_slot(argv[3]), std::move(argv), true, deadline);
+            }
+        }
         for (std::size_t i = 0; i < n; ++i) {
             if (ok(parts[i]) && parts[i].verdict.allowed)
                 parts[i] = co_await decide_part(r, i, call_flag::query, nullptr, deadline);
@@ -226,6 +272,8 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_on_cluster(const
         for (const auto& e : undo_errors)
             if (e) std::rethrow_exception(e);
     }
+    // An undo leaves a field that changed since as it is: the slot taken there goes too.
+    if (r.lease != 0) change_lease(r, limit::lease_change::release);
     co_return out;
 }
 

@@ -64,6 +64,9 @@ public:
 
     std::optional<limit::check_result> try_check(const limit::check_request& r) override;
     boost::asio::awaitable<limit::check_result> check(limit::check_request r) override;
+    // One EVALSHA (a cluster: one per identifier) sent in the background; its failure counts
+    // as an error.
+    void change_lease(const limit::check_request& r, limit::lease_change c) override;
     std::size_t keys_held() const override { return 0; }
     void on_reload() override;
     bool ready() const override;

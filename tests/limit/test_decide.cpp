@@ -878,7 +878,8 @@ struct ref_tier {
             case algorithm::fixed: return fdiv(ts, per) == fdiv(t, per);
             case algorithm::sliding: return fdiv(ts, bucket) >= fdiv(t, bucket) - n + 1;
             case algorithm::log: return t < ts + per;
-            case algorithm::gcra: break;
+            case algorithm::gcra:
+            case algorithm::concurrency: break;
         }
         return false;
     }
@@ -980,6 +981,7 @@ void check_guarantee(const tier_spec& s, const std::vector<std::pair<usec, std::
             // At most limit in any half-open span [t, t + per).
             REQUIRE(max_in_spans(per) <= s.limit);
             break;
+        case algorithm::concurrency: break;  // not a window (its own test case)
         case algorithm::gcra: {
             // For every i <= j: cost(i..j) * T <= (t_j - t_i) + burst * T, i.e.
             // prefix[j+1]*T - t_j - burst*T <= min over i <= j of (prefix[i]*T - t_i).
@@ -1220,4 +1222,49 @@ TEST_CASE("property: several tiers over two keys - retry is the max and no parti
     run_property({{sliding_spec(10, 1000, 100), gcra_spec(20, 1000, 5)},
                   {as_user(fixed_spec(15, 1000)), as_user(log_spec(8, 500, 20))}},
                  seed_or_env(0xC0B10001), property_steps, 0.3);
+}
+
+// ---------------------------------------------------------------------------------------
+// concurrency
+
+TEST_CASE("concurrency: N leases at once whatever the cost, none for a refusal, released, renewed or lapsed") {
+    sluice::config::tier_config c;
+    c.kind = "ip";
+    c.algo = sluice::config::algorithm::concurrency;
+    c.limit = 2;
+    c.per = sluice::config::duration{3000};  // the lease
+    const std::vector<tier> tiers{tier::from(c, "p/ip/concurrency", "ip-concurrency")};
+    key_state ks;
+    const key_request kr{&ks, tiers};
+    const std::span<const key_request> keys(&kr, 1);
+    constexpr usec t0 = 1'000'000'000, s = 1'000'000;
+    auto ask = [&](usec now, std::uint64_t lease, std::int64_t cost = 1, bool count_rejected = false) {
+        return decide(keys, now, cost, count_rejected, lease);
+    };
+
+    auto a = ask(t0, 11, 5);  // a cost of 5 takes one slot
+    CHECK(a.allowed);
+    CHECK(a.tiers[0].remaining == 1);
+    CHECK(a.tiers[0].reset == 0);
+    CHECK(ask(t0, 12).allowed);
+    auto refused = ask(t0 + 1, 13);
+    CHECK_FALSE(refused.allowed);
+    CHECK(refused.retry_unknown());
+    CHECK(refused.retry_after == 0);
+    CHECK(refused.tiers[0].remaining == 0);
+    CHECK_FALSE(ask(t0 + 1, 13, 1, true).allowed);  // counted (penalty mode), yet not in flight
+    auto charge = ask(t0 + 1, 0);                   // lease 0, a charge: nothing checked or taken
+    CHECK(charge.allowed);
+    CHECK(charge.tiers[0].remaining == 0);
+
+    release_lease(keys, 11);
+    CHECK(ask(t0 + 2, 14).allowed);  // 12 and 14 now
+    renew_lease(keys, t0 + 2 * s, 12);
+    CHECK_FALSE(ask(t0 + 3 * s + 1, 15).allowed);  // 14 lapses at t0 + 3 s + 2, 12 at t0 + 5 s
+    CHECK(ask(t0 + 3 * s + 2, 15).allowed);
+    renew_lease(keys, t0 + 5 * s, 12);  // lapsed: not taken again
+    auto later = ask(t0 + 5 * s, 16);
+    CHECK(later.allowed);
+    CHECK(later.tiers[0].remaining == 0);  // 15 (until t0 + 6 s + 2) and 16
+    CHECK(ks.expires == t0 + 8 * s);
 }

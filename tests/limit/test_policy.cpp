@@ -188,3 +188,22 @@ policies:
     CHECK(ps[0].user[1].offset == -5 * 3'600'000'000LL);
     CHECK(ps[0].user[2].offset == 90 * 60'000'000LL);
 }
+
+TEST_CASE("concurrency tiers: one counter per kind whatever the lease, named <kind>-concurrency") {
+    auto ps = compile(R"(
+upstream: { url: "http://h" }
+policies:
+  api:
+    ip: [ {concurrency: 10}, {limit: 100, per: 1s} ]
+    user: [ {concurrency: 3, lease: 10s} ]
+)");
+    REQUIRE(ps.size() == 1);
+    CHECK(ids(ps[0].ip) == std::vector<std::string>{"api/ip/concurrency", "api/ip/sliding/1s/100ms"});
+    CHECK(ids(ps[0].user) == std::vector<std::string>{"api/user/concurrency"});
+    CHECK(names(ps[0]) == std::vector<std::string>{"ip-concurrency", "ip-1s", "user-concurrency"});
+    CHECK(ps[0].ip[0].algo == config::algorithm::concurrency);
+    CHECK(ps[0].ip[0].limit == 10);
+    CHECK(ps[0].ip[0].per == 30'000'000);  // the default lease
+    CHECK(ps[0].user[0].per == 10'000'000);
+    CHECK(ps[0].user[0].horizon == 10'000'000);
+}

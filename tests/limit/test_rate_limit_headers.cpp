@@ -217,3 +217,30 @@ TEST_CASE("retry_after_seconds: the retry rounded up to whole seconds, at least 
     d.retry_after = 4 * SEC + 1;
     CHECK(sluice::limit::retry_after_seconds(d) == 5);
 }
+
+TEST_CASE("a concurrency tier: qu=\"concurrent-requests\" and no window, no reset and no Retry-After when it refuses") {
+    tier c = make_tier("ip-concurrency", 2, 30 * SEC);
+    c.algo = sluice::config::algorithm::concurrency;
+    tier m = make_tier("ip-1m", 100, 60 * SEC);
+    decision d;
+    d.allowed = false;
+    d.retry_after = 0;
+    d.tiers.push_back({&c, 0, 0, 0, false});
+    d.tiers.push_back({&m, 0, 90, 20 * SEC, true});
+    auto ietf = lines_of(fields_of(d, style::ietf));
+    CHECK(ietf["RateLimit-Policy"] == "\"ip-concurrency\";q=2;qu=\"concurrent-requests\", \"ip-1m\";q=100;w=60");
+    CHECK(ietf["RateLimit"] == "\"ip-concurrency\";r=0");
+    auto legacy = lines_of(fields_of(d, style::legacy));
+    CHECK(legacy["X-RateLimit-Limit"] == "2");
+    CHECK(legacy["X-RateLimit-Remaining"] == "0");
+    CHECK(legacy.count("X-RateLimit-Reset") == 0);
+    CHECK(d.retry_unknown());
+    CHECK(sluice::limit::retry_after_seconds(d) == 0);
+
+    // Refused by the minute tier alone: its Retry-After stands.
+    d.tiers[0] = {&c, 0, 1, 0, true};
+    d.tiers[1] = {&m, 0, 0, 20 * SEC, false};
+    d.retry_after = 20 * SEC;
+    CHECK_FALSE(d.retry_unknown());
+    CHECK(sluice::limit::retry_after_seconds(d) == 20);
+}

@@ -51,6 +51,7 @@ struct scripted_store final : limit::store {
         ++shared_answers;
         co_return limit::check_result{};
     }
+    void change_lease(const limit::check_request&, limit::lease_change) override {}
     std::size_t keys_held() const override { return 0; }
     void on_reload() override { ++reloads; }
     bool ready() const override { return now == mode::up; }

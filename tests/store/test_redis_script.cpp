@@ -54,6 +54,7 @@ const char* algo_name(algorithm a) {
         case algorithm::sliding: return "sliding";
         case algorithm::gcra: return "gcra";
         case algorithm::log: return "log";
+        case algorithm::concurrency: return "concurrency";
     }
     return "?";
 }
@@ -375,7 +376,26 @@ struct harness {
     limit::decision oracle(const limit::check_request& r, usec now) {
         std::vector<limit::key_request> reqs;
         for (const auto& k : r.keys) reqs.push_back({&states[rs::key_name(prefix, k)], k.tiers});
-        return limit::decide(reqs, now, r.cost, r.count_rejected);
+        return limit::decide(reqs, now, r.cost, r.count_rejected, r.lease);
+    }
+
+    // A lease released or renewed on both sides (as redis_store::change_lease: on a cluster,
+    // one call per identifier).
+    void change_lease(const limit::check_request& r, limit::lease_change c, usec now) {
+        std::vector<limit::key_request> reqs;
+        for (const auto& k : r.keys) reqs.push_back({&states[rs::key_name(prefix, k)], k.tiers});
+        if (c == limit::lease_change::release)
+            limit::release_lease(reqs, r.lease);
+        else
+            limit::renew_lease(reqs, now, r.lease);
+        auto send = [&](const limit::check_request& part) {
+            std::vector<std::string> argv;
+            if (!rs::build_lease(argv, sha, prefix, part, c, now)) return;
+            auto reply = srv.cmd(argv);
+            REQUIRE_MESSAGE(reply->type == REDIS_REPLY_INTEGER, str(reply.get()));
+        };
+        if (!split) return send(r);
+        for (std::size_t i = 0; i < r.keys.size(); ++i) send({r.keys.subspan(i, 1), r.cost, false, r.lease});
     }
 
     limit::check_result script(const limit::check_request& r, std::optional<usec> now) {
@@ -392,7 +412,7 @@ struct harness {
         std::vector<limit::check_result> parts;
         std::vector<rs::undo_record> undo(r.keys.size());
         auto call = [&](std::size_t i, rs::call_flag flag) {
-            const limit::check_request one{r.keys.subspan(i, 1), r.cost, r.count_rejected};
+            const limit::check_request one{r.keys.subspan(i, 1), r.cost, r.count_rejected, r.lease};
             std::vector<std::string> argv;
             rs::build_call(argv, sha, prefix, one, now, flag);
             auto reply = srv.cmd(argv);
@@ -405,6 +425,7 @@ struct harness {
             denied = denied || !parts.back().verdict.allowed;
         }
         if (denied && r.count_rejected) {
+            if (r.lease != 0) release_parts(r, now);
             for (std::size_t i = 0; i < r.keys.size(); ++i)
                 if (parts[i].verdict.allowed) parts[i] = call(i, rs::call_flag::query);
         }
@@ -428,7 +449,20 @@ struct harness {
                 REQUIRE_MESSAGE(reply->type == REDIS_REPLY_INTEGER, str(reply.get()));
                 ++undos;
             }
+        // As the store does after undoing: the slot taken where a field changed since is given back.
+        if (!out.verdict.allowed && !r.count_rejected && r.lease != 0) release_parts(r, now);
         return out;
+    }
+
+    void release_parts(const limit::check_request& r, std::optional<usec> now) {
+        for (std::size_t i = 0; i < r.keys.size(); ++i) {
+            std::vector<std::string> argv;
+            if (!rs::build_lease(argv, sha, prefix, {r.keys.subspan(i, 1), r.cost, false, r.lease},
+                                 limit::lease_change::release, now))
+                continue;
+            auto reply = srv.cmd(argv);
+            REQUIRE_MESSAGE(reply->type == REDIS_REPLY_INTEGER, str(reply.get()));
+        }
     }
 
     static std::string compare(const limit::decision& want, const limit::check_result& got) {
@@ -481,6 +515,7 @@ struct harness {
         auto got = script(r, now);
         const std::string problem = compare(want, got);
         INFO(context);
+        INFO("script state after: " << (problem.empty() ? std::string() : snapshot(r)));
         REQUIRE_MESSAGE(problem.empty(), problem);
         if (!want.allowed) ++denials;
         if (!writes) {
@@ -553,9 +588,11 @@ limit::tier random_tier(std::mt19937_64& rng, algorithm algo, int mi_percent, co
         }
         case algorithm::gcra: param = pick(1, limit + 3); break;
         case algorithm::log: limit = pick(1, 12); break;
+        case algorithm::concurrency: limit = pick(1, 4); break;  // per: the lease
     }
     std::int64_t mi = pick(1, 100) <= mi_percent ? pick(1, per * 2) : 0;
-    std::string suffix(1, '/');  // not "/" + to_string(): GCC 12 -O2 warns falsely (-Wrestrict)
+    if (algo == algorithm::concurrency) mi = 0;  // the config refuses min_interval there
+    std::string suffix(1, '/');                  // not "/" + to_string(): GCC 12 -O2 warns falsely (-Wrestrict)
     suffix += std::to_string(index);
     return make_tier(algo, limit, per, param, mi, policy_name, kind, suffix);
 }
@@ -589,7 +626,10 @@ void run_trace(harness& h, std::mt19937_64& rng, const mix& m, std::size_t count
     auto max_cost = [](const policy& p) {
         std::int64_t c = 1'000'000;
         for (const auto* v : {&p.ip, &p.user})
-            for (const auto& t : *v) c = std::min(c, t.algo == algorithm::gcra ? std::min(t.limit, t.burst) : t.limit);
+            for (const auto& t : *v) {
+                if (t.algo == algorithm::concurrency) continue;  // one slot, whatever the cost
+                c = std::min(c, t.algo == algorithm::gcra ? std::min(t.limit, t.burst) : t.limit);
+            }
         return c;
     };
 
@@ -603,7 +643,24 @@ void run_trace(harness& h, std::mt19937_64& rng, const mix& m, std::size_t count
     usec now = t;
     bool retry_pending = false;
     usec retry_at = 0;
+    const bool leased =
+        std::any_of(all.begin(), all.end(), [](auto* tp) { return tp->algo == algorithm::concurrency; });
+    std::uint64_t lease = 0;
+    // The admitted requests holding a lease ("in flight"): some end, some are renewed.
+    std::vector<std::pair<std::vector<limit::store_key>, std::uint64_t>> in_flight;
     for (std::size_t n = 0; n < count; ++n) {
+        if (!in_flight.empty() && pick(1, 100) <= 30) {
+            const auto i = static_cast<std::size_t>(pick(0, static_cast<std::int64_t>(in_flight.size()) - 1));
+            const limit::check_request held{in_flight[i].first, 1, false, in_flight[i].second};
+            t += pick(0, mean_per / 4);
+            if (pick(1, 100) <= 60) {
+                h.change_lease(held, limit::lease_change::release, t);
+                in_flight.erase(in_flight.begin() + static_cast<std::ptrdiff_t>(i));
+            } else {
+                h.change_lease(held, limit::lease_change::renew, t);
+            }
+            continue;
+        }
         const bool repeat = retry_pending && pick(1, 100) <= 40;
         if (repeat) {
             // The same request again at exactly now + retry_after (or 1 µs before).
@@ -628,9 +685,9 @@ void run_trace(harness& h, std::mt19937_64& rng, const mix& m, std::size_t count
             } else if (r <= 35) {
                 // Exactly on an edge of some tier (or 1 µs either side).
                 const auto* tp = all[static_cast<std::size_t>(pick(0, static_cast<std::int64_t>(all.size()) - 1))];
-                const usec unit = tp->algo == algorithm::gcra  ? tp->interval
-                                  : tp->algo == algorithm::log ? tp->per
-                                                               : tp->bucket;
+                const usec unit = tp->algo == algorithm::gcra                                        ? tp->interval
+                                  : tp->algo == algorithm::log || tp->algo == algorithm::concurrency ? tp->per
+                                                                                                     : tp->bucket;
                 t = (t / unit + 1) * unit + (pick(0, 2) - 1);
             } else {
                 t += pick(1, std::max<usec>(2, mean_per / 3));
@@ -638,10 +695,12 @@ void run_trace(harness& h, std::mt19937_64& rng, const mix& m, std::size_t count
             now = t;
             if (pick(1, 100) <= 5) now = t - pick(0, mean_per);  // an earlier clock: clamped per key
         }
-        const limit::check_request req{keys, cost, m.count_rejected};
+        if (!repeat) lease = leased ? static_cast<std::uint64_t>(pick(1, (std::int64_t{1} << 53) - 1)) : 0;
+        const limit::check_request req{keys, cost, m.count_rejected, lease};
         auto d = h.step(req, now);
         retry_pending = !d.allowed;
         retry_at = now + d.retry_after;
+        if (d.allowed && lease != 0) in_flight.emplace_back(keys, lease);
     }
 }
 
@@ -843,6 +902,10 @@ const mix min_interval_heavy{
     "min-interval", {algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log}, 100};
 // Penalty mode: no log tiers (the config refuses them with count_rejected).
 const mix penalty{"penalty", {algorithm::fixed, algorithm::sliding, algorithm::gcra}, 25, true};
+// Concurrency tiers beside others: leases taken, released, renewed and lapsing.
+const mix concurrency{"concurrency", {algorithm::concurrency, algorithm::fixed, algorithm::gcra, algorithm::log}, 10};
+const mix concurrency_penalty{
+    "concurrency-penalty", {algorithm::concurrency, algorithm::sliding, algorithm::gcra}, 10, true};
 
 TEST_CASE("redis_script: the script matches decide() on random traces") {
     redis_server srv;
@@ -853,6 +916,7 @@ TEST_CASE("redis_script: the script matches decide() on random traces") {
         {"log", {algorithm::log}, 20},
         every_algorithm,
         min_interval_heavy,
+        concurrency,
     };
     const auto h = run_mixes(srv, "test_redis_script", mixes, 8, false);
     CHECK(h.denials > h.requests / 10);
@@ -861,7 +925,7 @@ TEST_CASE("redis_script: the script matches decide() on random traces") {
 
 TEST_CASE("redis_script: count_rejected (refusals counted, then checked again) matches decide()") {
     redis_server srv;
-    const std::vector<mix> mixes{penalty, {"penalty-min-interval", penalty.algos, 100, true}};
+    const std::vector<mix> mixes{penalty, {"penalty-min-interval", penalty.algos, 100, true}, concurrency_penalty};
     const auto h = run_mixes(srv, "test_redis_script (count_rejected)", mixes, 6, false);
     CHECK(h.denials > h.requests / 10);
     CHECK(h.denials < h.requests * 9 / 10);
@@ -935,8 +999,8 @@ TEST_CASE("redis_script: calendar months and offset windows match decide() acros
 
 TEST_CASE("redis_script: on a cluster node, one call per identifier and undo match decide()") {
     redis_server srv(true);
-    const auto h =
-        run_mixes(srv, "test_redis_script (cluster)", {every_algorithm, min_interval_heavy, penalty}, 6, true);
+    const auto h = run_mixes(srv, "test_redis_script (cluster)",
+                             {every_algorithm, min_interval_heavy, penalty, concurrency, concurrency_penalty}, 6, true);
     CHECK(h.undos > 0);  // denials by one identifier after the other admitted happened, and were taken back
 }
 

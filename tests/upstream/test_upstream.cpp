@@ -11,6 +11,8 @@
 //   /bytes?n=N[&chunked=1][&piece=SIZE]   N pattern bytes, byte i = 'a' + i % 26
 //   /no-length?n=N             N pattern bytes delimited by closing the connection
 //   /slow?ms=M                 200 "slow" after M milliseconds
+//   /hold?name=N               200 "held" once /let-go?name=N is asked (or after 30 s)
+//   /let-go?name=N             200 with the number of /hold requests of that name let go
 //   /close-early               closes without responding
 //   /reset                     aborts the connection (RST)
 //   /close-after               200 "bye" (no Connection: close), then closes
@@ -18,9 +20,10 @@
 //   /early-hints               103 Early Hints, then 200 "hinted"
 //   /upgrade                   101 + raw echo if the request has Upgrade, else 426
 //   /stats                     {"connections_accepted": N, "open_connections": O, "requests": M,
-//                               "desync_sent": D, "bodies_in_progress": B}: O connections are
-//                               open now; D /desync trailers were written; B request bodies are
-//                               being read now (their head has arrived, their end not yet)
+//                               "desync_sent": D, "bodies_in_progress": B, "held": H}: O
+//                               connections are open now; D /desync trailers were written; B
+//                               request bodies are being read now (their head has arrived, their
+//                               end not yet); H /hold requests are waiting
 //   /response-headers          200 "ok" with hop-by-hop response headers
 //   /desync?status=S&delay_ms=D   a misbehaving upstream: a complete response (status S, default
 //                               200: Content-Length 2, body "ok"; 204 and 304 and HEAD: no body),
@@ -51,6 +54,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -86,6 +90,8 @@ struct server_stats {
     std::uint64_t bodies_in_progress = 0;
 };
 server_stats g_stats;  // only touched from the single io_context thread
+// The /hold requests waiting, by name (the single io_context thread too).
+std::multimap<std::string, asio::steady_timer*, std::less<>> g_held;
 
 // 'a'..'z' repeated; a piece starting at absolute offset `off` starts at pattern()[off % 26].
 const std::string& pattern() {
@@ -292,6 +298,20 @@ private:
             (void)tec;
             co_return co_await write_simple(200, "text/plain", "slow", req, head, keep);
         }
+        if (path == "/hold") {
+            asio::steady_timer timer(sock_.get_executor(), std::chrono::seconds(30));
+            const auto at = g_held.emplace(std::string(q.get("name").value_or("")), &timer);
+            auto [tec] = co_await timer.async_wait(use_tuple);
+            (void)tec;
+            g_held.erase(at);
+            co_return co_await write_simple(200, "text/plain", "held", req, head, keep);
+        }
+        if (path == "/let-go") {
+            auto [from, to] = g_held.equal_range(q.get("name").value_or(""));
+            std::size_t n = 0;
+            for (auto it = from; it != to; ++it, ++n) it->second->cancel();
+            co_return co_await write_simple(200, "text/plain", std::to_string(n), req, head, keep);
+        }
         if (path == "/close-early") {
             error_code ignored;
             sock_.close(ignored);
@@ -336,6 +356,7 @@ private:
             o["requests"] = g_stats.requests;
             o["desync_sent"] = g_stats.desync_sent;
             o["bodies_in_progress"] = g_stats.bodies_in_progress;
+            o["held"] = g_held.size();
             co_return co_await write_simple(200, "application/json", json::serialize(o), req, head, keep);
         }
         if (path.starts_with("/cost")) {  // reports ?n= as the request's cost, in X-Request-Cost

@@ -1,0 +1,137 @@
+// Concurrency limits ({concurrency: N, lease: ...}) through the real gateway binary: requests
+// held at the test upstream (/hold) fill the slots, the next is refused without a Retry-After,
+// a slot comes back when a response ends or its client goes away, leases are renewed while
+// their requests run, and on Redis a gateway killed with its slots held loses them at the
+// lease's end.
+#include "e2e.hpp"
+
+#include <csignal>
+#include <optional>
+
+using namespace sluice::test;
+
+namespace {
+
+std::string concurrency_yaml(const std::string& store) {
+    return store + R"(
+policies:
+  parallel:
+    ip: [ {concurrency: 2, lease: 3s}, {limit: 1000, per: 1m} ]
+routes:
+  - { match: { path_prefix: / }, policy: parallel }
+)";
+}
+
+std::string redis_store_yaml(std::uint16_t port) {
+    return "store:\n  type: redis\n  redis: { nodes: [\"127.0.0.1:" + std::to_string(port) + "\"], timeout: 2s }";
+}
+
+// A request held at the upstream until let go: its slot is taken while it runs.
+struct held {
+    held(std::uint16_t gateway_port, const std::string& name) : conn("127.0.0.1", gateway_port) {
+        conn.send(make_request("GET", "/hold?name=" + name));
+    }
+    connection conn;
+};
+
+std::int64_t upstream_held(std::uint16_t upstream_port) {
+    return json_of(fetch(upstream_port, "GET", "/stats")).at("held").as_int64();
+}
+
+void let_go(std::uint16_t upstream_port, const std::string& name) {
+    REQUIRE(fetch(upstream_port, "GET", "/let-go?name=" + name).body == "1");
+}
+
+// Waits out a stretch of time that is the subject of the test (a lease running out), not a
+// synchronisation: nothing else is awaited.
+void let_time_pass(std::chrono::milliseconds d) {
+    const auto until = std::chrono::steady_clock::now() + d;
+    while (std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
+void check_refused_in_flight(const response& r) {
+    CHECK(r.status == 429);
+    CHECK(r.header("RateLimit-Policy") == "\"ip-concurrency\";q=2;qu=\"concurrent-requests\", \"ip-1m\";q=1000;w=60");
+    CHECK(r.header("RateLimit") == "\"ip-concurrency\";r=0");
+    CHECK_FALSE(r.has_header("Retry-After"));
+    CHECK(r.body == R"({"error":"rate_limited","policy":"parallel","reason":"too many requests in flight"})");
+}
+
+void check_concurrency(std::uint16_t port, std::uint16_t upstream_port) {
+    auto a = std::make_optional<held>(port, "a");
+    held b(port, "b");
+    REQUIRE(eventually([&] { return upstream_held(upstream_port) == 2; }));
+    check_refused_in_flight(fetch(port, "GET", "/echo"));
+    CHECK(upstream_held(upstream_port) == 2);  // the refused request never reached it
+
+    // Held past its 3 s lease, a slot is renewed, not lost.
+    let_time_pass(std::chrono::milliseconds(4500));
+    check_refused_in_flight(fetch(port, "GET", "/echo"));
+
+    // A response that ends gives its slot back (the release follows the last byte written).
+    let_go(upstream_port, "a");
+    CHECK(a->conn.read_response().body == "held");
+    std::optional<response> admitted;
+    REQUIRE(eventually([&] {
+        admitted = fetch(port, "GET", "/echo");
+        return admitted->status == 200;
+    }));
+    CHECK(admitted->header("RateLimit").starts_with("\"ip-concurrency\";r=0"));  // b's slot and its own
+    a.reset();
+
+    // A client that goes away mid-body gives its slot back too.
+    {
+        connection gone("127.0.0.1", port);
+        gone.send("POST /hold?name=c HTTP/1.1\r\nHost: test\r\nContent-Length: 1000\r\n\r\npartial");
+        REQUIRE(eventually([&] { return fetch(port, "GET", "/echo").status == 429; }));
+    }
+    REQUIRE(eventually([&] { return fetch(port, "GET", "/echo").status == 200; }));
+
+    let_go(upstream_port, "b");
+    CHECK(b.conn.read_response().status == 200);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "concurrency: N requests in flight per client, slots back at the response's end or the client's leaving "
+    "(memory)") {
+    auto up = start_upstream();
+    auto gw = start_gateway(gateway_yaml(up->port, {}, concurrency_yaml("")));
+    check_concurrency(gw->port, up->port);
+}
+
+TEST_CASE("concurrency: the same on the Redis store") {
+    redis_server redis(unused_port());
+    auto up = start_upstream();
+    auto gw = start_gateway(gateway_yaml(up->port, {}, concurrency_yaml(redis_store_yaml(redis.port))));
+    REQUIRE(eventually([&] { return fetch(gw->admin_port, "GET", "/readyz").status == 200; }));
+    check_concurrency(gw->port, up->port);
+}
+
+TEST_CASE("concurrency: exact across a fleet on Redis, and a killed gateway's slots lapse at their lease") {
+    redis_server redis(unused_port());
+    auto up = start_upstream();
+    const auto yaml = gateway_yaml(up->port, {}, concurrency_yaml(redis_store_yaml(redis.port)));
+    auto one = start_gateway(yaml);
+    auto two = start_gateway(yaml);
+    for (auto* gw : {one.get(), two.get()})
+        REQUIRE(eventually([&] { return fetch(gw->admin_port, "GET", "/readyz").status == 200; }));
+
+    held a(one->port, "a");
+    held b(two->port, "b");
+    REQUIRE(eventually([&] { return upstream_held(up->port) == 2; }));
+    for (auto* gw : {one.get(), two.get()}) check_refused_in_flight(fetch(gw->port, "GET", "/echo"));
+
+    // Gateway one dies holding a slot: no release is sent, the lease (renewed every second)
+    // still holds it for a moment, then lapses.
+    one->proc->signal(SIGKILL);
+    REQUIRE(one->proc->wait_exit(std::chrono::seconds(5)).has_value());
+    const auto killed = std::chrono::steady_clock::now();
+    check_refused_in_flight(fetch(two->port, "GET", "/echo"));
+    REQUIRE(eventually([&] { return fetch(two->port, "GET", "/echo").status == 200; }));
+    CHECK(std::chrono::steady_clock::now() - killed < std::chrono::seconds(5));
+
+    let_go(up->port, "b");
+    CHECK(b.conn.read_response().status == 200);
+}
