@@ -300,6 +300,11 @@ std::string registry::scrape() const {
     // Summed over shards a gauge can be momentarily negative as a wrapped unsigned.
     open.metric.push_back(gauge(static_cast<std::int64_t>(total(&shard::open_connections_))));
     out.push_back(std::move(open));
+    auto leases = family("sluice_concurrency_slots_held",
+                         "Requests in flight on this gateway holding concurrency slots (tiers {concurrency: N}).",
+                         MetricType::Gauge);
+    leases.metric.push_back(gauge(static_cast<std::int64_t>(total(&shard::leases_held_))));
+    out.push_back(std::move(leases));
     auto rejected =
         family("sluice_client_connections_rejected_total",
                "Client connections closed at once because server.max_connections was reached.", MetricType::Counter);

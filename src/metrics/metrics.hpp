@@ -81,6 +81,8 @@ public:
     void connection_closed() { open_connections_.sub(); }
     void connection_rejected() { rejected_connections_.add(); }
     void set_idle_upstream(std::size_t n) { idle_upstream_.set(n); }
+    void lease_held() { leases_held_.add(); }
+    void lease_ended() { leases_held_.sub(); }
 
 private:
     friend class registry;
@@ -91,7 +93,7 @@ private:
     histogram_cells<store_buckets.size()> store_duration_;
     cell store_errors_, unauthorized_, forbidden_;
     std::array<cell, static_cast<std::size_t>(upstream_error::count_)> upstream_errors_{};
-    cell open_connections_, rejected_connections_, idle_upstream_;
+    cell open_connections_, rejected_connections_, idle_upstream_, leases_held_;
 };
 
 // Owns the shards and renders /metrics. Construct once before the workers start.

@@ -6,10 +6,12 @@
 
 namespace sluice::server {
 
-void held_lease::hold(limit::store& st, std::shared_ptr<const snapshot> snap, const limit::check_request& r,
-                      http::clock::time_point now) {
+void held_lease::hold(limit::store& st, metrics::shard& m, std::shared_ptr<const snapshot> snap,
+                      const limit::check_request& r, http::clock::time_point now) {
     release();
     store_ = &st;
+    metrics_ = &m;
+    m.lease_held();
     snap_ = std::move(snap);
     const std::size_t n = std::min(r.keys.size(), keys_.size());
     std::copy_n(r.keys.begin(), n, keys_.begin());
@@ -31,6 +33,8 @@ void held_lease::release() {
 }
 
 void held_lease::forget() {
+    if (!held()) return;
+    metrics_->lease_ended();
     unlink();
     r_ = {};
     snap_.reset();

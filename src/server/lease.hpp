@@ -1,5 +1,5 @@
 // The concurrency slots one request holds, from its admission to the end of its answer
-// (DESIGN.md, "Concurrency limits"). While held, the worker renews them every third of the
+// (README, "Concurrency limits"). While held, the worker renews them every third of the
 // shortest lease; release() (or the destructor: the client went away) gives them back.
 //
 // Thread: the owning worker's thread only.
@@ -7,6 +7,7 @@
 
 #include "http/connection_set.hpp"
 #include "limit/store.hpp"
+#include "metrics/metrics.hpp"
 
 #include <boost/intrusive/list.hpp>
 
@@ -24,8 +25,9 @@ public:
     held_lease& operator=(const held_lease&) = delete;
     ~held_lease() { release(); }
 
-    // Holds r's lease (r.lease != 0, admitted by `st`). `snap` keeps r's tiers alive.
-    void hold(limit::store& st, std::shared_ptr<const snapshot> snap, const limit::check_request& r,
+    // Holds r's lease (r.lease != 0, admitted by `st`). `snap` keeps r's tiers alive; `m`
+    // counts the leases held.
+    void hold(limit::store& st, metrics::shard& m, std::shared_ptr<const snapshot> snap, const limit::check_request& r,
               http::clock::time_point now);
     void release();
     // Lets go without telling the store, which is going away (the process is stopping:
@@ -37,6 +39,7 @@ public:
 
 private:
     limit::store* store_ = nullptr;
+    metrics::shard* metrics_ = nullptr;
     std::shared_ptr<const snapshot> snap_;
     std::array<limit::store_key, 2> keys_{};
     limit::check_request r_;

@@ -222,7 +222,7 @@ awaitable<void> session::check_limits() {
     admission_.conclude(ctx, *r->limits, *result, w_.metrics, req_.outcome);
     if (admission_.request().lease != 0 && result->state == limit::check_result::status::ok &&
         result->verdict.allowed) {
-        lease_.hold(w_.store, snap_, admission_.request(), clock::now());
+        lease_.hold(w_.store, w_.metrics, snap_, admission_.request(), clock::now());
         w_.renew_while_held(lease_);
     }
 }

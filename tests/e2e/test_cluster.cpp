@@ -548,3 +548,34 @@ TEST_CASE("cluster: a primary killed under load fails over, and no request waits
     CHECK(slowest_ms.load() < 300 + 1500);  // the store timeout, and slack for a loaded machine
     CHECK(failed.load() > 0);               // the dead primary's identifiers were refused meanwhile (on_error deny)
 }
+
+TEST_CASE("cluster: concurrency slots are exact across primaries, and a refusal gives back the slots it took") {
+    cluster_nodes c(3, 0);
+    fleet f(2, cluster_yaml(c.ports[0], "2s",
+                            "policies:\n  p:\n    ip: [ {concurrency: 2, lease: 3s} ]\n"
+                            "    user: [ {concurrency: 1, lease: 3s} ]\n"));
+    const auto as = [](const std::string& user) {
+        return header_list{{"X-Forwarded-For", "192.0.2.1"}, {"X-API-Key", user}};
+    };
+    auto stats = [&] { return json_of(fetch(f.up->port, "GET", "/stats")).at("held").as_int64(); };
+    connection first("127.0.0.1", f.gateways[0]->port);
+    first.send(make_request("GET", "/hold?name=first", as("user-a")));
+    REQUIRE(eventually([&] { return stats() == 1; }));
+    // user-a is at its one slot: each refusal, decided on the user's node, gives back the
+    // address' slot its node had given (wherever the two identifiers live).
+    for (int i = 0; i < 6; ++i) CHECK(fetch(f.gateways[i % 2]->port, "GET", "/echo", as("user-a")).status == 429);
+    connection second("127.0.0.1", f.gateways[1]->port);
+    second.send(make_request("GET", "/hold?name=second", as("user-b")));
+    REQUIRE(eventually([&] { return stats() == 2; }));
+    // The address is at its two slots, whichever gateway or user asks.
+    for (int i = 0; i < 4; ++i) {
+        auto r = fetch(f.gateways[i % 2]->port, "GET", "/echo", as("user-" + std::to_string(i + 3)));
+        CHECK(r.status == 429);
+        CHECK_FALSE(r.has_header("Retry-After"));
+    }
+    REQUIRE(fetch(f.up->port, "GET", "/let-go?name=first").body == "1");
+    CHECK(first.read_response().status == 200);
+    REQUIRE(eventually([&] { return fetch(f.gateways[0]->port, "GET", "/echo", as("user-c")).status == 200; }));
+    REQUIRE(fetch(f.up->port, "GET", "/let-go?name=second").body == "1");
+    CHECK(second.read_response().status == 200);
+}
