@@ -87,6 +87,8 @@ constexpr std::string_view concurrency_takes_lease_only =
     "a concurrency tier takes lease only (it counts requests in flight, not requests per window)";
 constexpr std::string_view lease_needs_concurrency = "lease applies to concurrency tiers only";
 constexpr std::string_view bad_lease = "must be between 3s and 1h";
+constexpr std::string_view concurrency_too_large =
+    "must be at most 1000 (each request in flight is one entry in the identifier's state)";
 constexpr std::string_view count_rejected_with_log =
     "count_rejected cannot apply to log tiers (a log would keep every refused request)";
 constexpr std::string_view cost_header_needs_max_cost =
@@ -118,6 +120,7 @@ constexpr std::int64_t max_count = 1'000'000'000;
 constexpr duration max_per = std::chrono::hours(8784);
 constexpr duration month_per = std::chrono::hours(31 * 24);  // per: month counts as the longest month
 constexpr std::int64_t max_log_limit = 1000;
+constexpr std::int64_t max_concurrency = 1000;
 constexpr std::int64_t max_buckets = 120;
 constexpr duration max_jwt_leeway = std::chrono::minutes(10);
 constexpr std::size_t max_key_prefix = 64;
@@ -909,6 +912,7 @@ void settle_concurrency(tier_config& t, const tier_nodes& at) {
         if (*other) (*other)->fail_at_key(concurrency_takes_lease_only);
     }
     t.algo = algorithm::concurrency;
+    if (t.limit > max_concurrency) at.concurrency->fail(concurrency_too_large);
     if (!at.lease) {
         t.per = std::chrono::seconds(30);
     } else if (t.per < std::chrono::seconds(3) || t.per > std::chrono::hours(1)) {

@@ -285,11 +285,17 @@ tier_state& key_state::find_or_add(std::uint64_t tier_key) {
 }
 
 const tier_result* decision::tightest() const {
-    const tier_result* best = nullptr;
-    for (const auto& r : tiers)
-        if (!best || r.remaining < best->remaining || (r.remaining == best->remaining && r.reset > best->reset))
-            best = &r;
-    return best;
+    const auto pick = [&](bool refusing_only) {
+        const tier_result* best = nullptr;
+        for (const auto& r : tiers) {
+            if (refusing_only && r.admitted) continue;
+            if (!best || r.remaining < best->remaining || (r.remaining == best->remaining && r.reset > best->reset))
+                best = &r;
+        }
+        return best;
+    };
+    const tier_result* refusing = allowed ? nullptr : pick(true);  // a refusal names a tier that refused
+    return refusing ? refusing : pick(false);
 }
 
 namespace {
@@ -344,8 +350,12 @@ decision decide(std::span<const key_request> keys, usec now, std::int64_t cost, 
 }
 
 bool decision::retry_unknown() const {
-    return std::any_of(tiers.begin(), tiers.end(),
-                       [](const tier_result& r) { return !r.admitted && r.t->algo == config::algorithm::concurrency; });
+    const auto refused_by = [&](bool concurrency) {
+        return std::any_of(tiers.begin(), tiers.end(), [&](const tier_result& r) {
+            return !r.admitted && (r.t->algo == config::algorithm::concurrency) == concurrency;
+        });
+    };
+    return refused_by(true) && !refused_by(false);
 }
 
 namespace {

@@ -90,10 +90,13 @@ struct decision {
     usec retry_after = 0;  // when denied: the earliest later instant the same request is admitted, minus now
     std::vector<tier_result> tiers;
 
-    // Denied by a concurrency tier: no one knows when a slot frees, so retry_after is no promise.
+    // Denied by concurrency tiers alone: no one knows when a slot frees, so there is no
+    // retry_after to promise. (With a rate tier refusing too, retry_after is its wait, the
+    // earliest the request can pass.)
     bool retry_unknown() const;
 
-    // The tier with the least remaining (ties: the longest reset); null if there are no tiers.
+    // The tier with the least remaining (ties: the longest reset), among the refusing tiers
+    // when the request is refused; null if there are no tiers.
     const tier_result* tightest() const;
 };
 

@@ -40,7 +40,11 @@ struct check_request {
 // never 0, below 2^53 (the Redis script's numbers are doubles).
 class lease_ids {
 public:
-    lease_ids() : gen_(std::random_device{}()) {}
+    lease_ids() {
+        std::random_device rd;
+        std::seed_seq seed{rd(), rd(), rd(), rd()};
+        gen_.seed(seed);
+    }
     std::uint64_t next() {
         std::uint64_t id = 0;
         while (id == 0) id = gen_() >> 11;

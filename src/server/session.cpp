@@ -220,8 +220,12 @@ awaitable<void> session::check_limits() {
     if (!result) result = co_await w_.store.check(admission_.request());
     w_.metrics.store_called(std::chrono::duration<double>(clock::now() - asked).count());
     admission_.conclude(ctx, *r->limits, *result, w_.metrics, req_.outcome);
-    if (admission_.request().lease != 0 && result->state == limit::check_result::status::ok &&
-        result->verdict.allowed) {
+    if (admission_.request().lease == 0) co_return;
+    if (result->state != limit::check_result::status::ok) {
+        // The store may have taken the slot before its answer was lost (a timeout, a node
+        // of a cluster failing): give it back rather than leave it for the lease's length.
+        w_.store.change_lease(admission_.request(), limit::lease_change::release);
+    } else if (result->verdict.allowed) {
         lease_.hold(w_.store, w_.metrics, snap_, admission_.request(), clock::now());
         w_.renew_while_held(lease_);
     }

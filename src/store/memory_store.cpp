@@ -119,7 +119,11 @@ void memory_store::change_lease(const limit::check_request& r, limit::lease_chan
         for (std::size_t i = 0; i < r.keys.size() && n < reqs.size(); ++i) {
             auto& s = stripes_[stripe_of(r.keys[i].id)];
             auto it = s.map.find({r.keys[i].id, r.keys[i].kind});
-            if (it != s.map.end()) reqs[n++] = {&it->second.state, r.keys[i].tiers};
+            if (it == s.map.end()) continue;
+            // A renewal is a use: an identifier with requests in flight is not the least recent.
+            s.lru.erase(s.lru.iterator_to(it->second));
+            s.lru.push_back(it->second);
+            reqs[n++] = {&it->second.state, r.keys[i].tiers};
         }
         if (c == limit::lease_change::release) {
             limit::release_lease(std::span(reqs.data(), n), r.lease);

@@ -232,14 +232,18 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_on_cluster(const
         // As decide() does after counting a refusal: the identifiers that admitted are
         // checked again on what they now hold (the refusing ones' replies already are),
         // once the slots they took for a request that is not admitted are given back.
+        // (A part that failed may have taken one too. With a deadline of their own: the
+        // check's may be spent.)
         if (r.lease != 0) {
+            const auto release_by = redis_clock::now() + conn_opts_.timeout;
             for (std::size_t i = 0; i < n; ++i) {
                 std::vector<std::string> argv;
                 const limit::check_request one{r.keys.subspan(i, 1), r.cost, false, r.lease};
-                if (!ok(parts[i]) || !parts[i].verdict.allowed ||
+                if ((ok(parts[i]) && !parts[i].verdict.allowed) ||
                     !redis_script::build_lease(argv, cluster_sha_, key_prefix_, one, limit::lease_change::release))
                     continue;
-                co_await cluster_->call(cluster::key_slot(argv[3]), std::move(argv), true, deadline);
+                auto reply = co_await cluster_->call(cluster::key_slot(argv[3]), std::move(argv), true, release_by);
+                if (!reply.ok() || reply.reply->type != REDIS_REPLY_INTEGER) counters_->errors.add();
             }
         }
         for (std::size_t i = 0; i < n; ++i) {

@@ -1,8 +1,8 @@
 // Concurrency limits ({concurrency: N, lease: ...}) through the real gateway binary: requests
 // held at the test upstream (/hold) fill the slots, the next is refused without a Retry-After,
-// a slot comes back when a response ends or its client goes away, leases are renewed while
-// their requests run, and on Redis a gateway killed with its slots held loses them at the
-// lease's end.
+// a slot comes back when a response ends or its client goes away (mid-body, or while the
+// upstream works), leases are renewed while their requests run, and on Redis a gateway killed
+// with its slots held loses them at the lease's end.
 #include "e2e.hpp"
 
 #include <csignal>
@@ -95,6 +95,17 @@ void check_concurrency(std::uint16_t port, std::uint16_t admin_port, std::uint16
     }
     slots_held(admin_port, 1);
     CHECK(fetch(port, "GET", "/echo").status == 200);
+
+    // And one that goes away while the upstream works on its request: the request is given
+    // up (nginx's default), its slot with it.
+    {
+        connection gone("127.0.0.1", port);
+        gone.send(make_request("GET", "/hold?name=d"));
+        slots_held(admin_port, 2);
+    }
+    slots_held(admin_port, 1);
+    CHECK(fetch(port, "GET", "/echo").status == 200);
+    let_go(upstream_port, "d");  // the upstream's side of it, still waiting
 
     let_go(upstream_port, "b");
     CHECK(b.conn.read_response().status == 200);

@@ -243,4 +243,16 @@ TEST_CASE("a concurrency tier: qu=\"concurrent-requests\" and no window, no rese
     d.retry_after = 20 * SEC;
     CHECK_FALSE(d.retry_unknown());
     CHECK(sluice::limit::retry_after_seconds(d) == 20);
+    // Both refuse: the minute tier's wait stands (the request cannot pass before it).
+    d.tiers[0] = {&c, 0, 0, 0, false};
+    CHECK_FALSE(d.retry_unknown());
+    CHECK(sluice::limit::retry_after_seconds(d) == 20);
+
+    // The fields name a refusing tier, though an admitting one has r=0 and a later reset.
+    tier s = make_tier("ip-1s", 100, SEC);
+    decision e;
+    e.allowed = false;
+    e.tiers.push_back({&c, 0, 0, 0, false});
+    e.tiers.push_back({&s, 0, 0, SEC, true});
+    CHECK(lines_of(fields_of(e, style::ietf))["RateLimit"] == "\"ip-concurrency\";r=0");
 }
