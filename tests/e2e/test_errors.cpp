@@ -176,6 +176,26 @@ TEST_CASE("upstream response timeout: 504") {
     CHECK(metric_value(f.metrics(), "sluice_upstream_errors_total{kind=\"timeout\"}") == 1);
 }
 
+TEST_CASE("a client that leaves while the upstream works has its request given up at once, not at the timeout") {
+    proxy_fixture f(yaml_overrides{{"upstream.timeout", "60s"}});
+    {
+        connection c("127.0.0.1", f.gw->port);
+        c.send(make_request("GET", "/hold?name=left"));
+        REQUIRE(eventually([&] { return f.upstream_stats().at("held").as_int64() == 1; }));
+    }
+    // Logged as 499 (a 4xx) when the gateway gives it up, long before upstream.timeout.
+    CHECK(eventually_metric(f.gw->admin_port, "sluice_requests_total{route=\"unmatched\",status=\"4xx\"}", 1) == 1);
+    CHECK(metric_value(f.metrics(), "sluice_upstream_errors_total{kind=\"timeout\"}") == 0);
+    // A pipelined client is not mistaken for one that left: its next request waits its turn.
+    connection p("127.0.0.1", f.gw->port);
+    p.send(make_request("GET", "/hold?name=first") + make_request("GET", "/echo"));
+    REQUIRE(eventually([&] { return f.upstream_stats().at("held").as_int64() == 2; }));
+    REQUIRE(fetch(f.up->port, "GET", "/let-go?name=first").body == "1");
+    CHECK(p.read_response().body == "held");
+    CHECK(p.read_response().status == 200);
+    fetch(f.up->port, "GET", "/let-go?name=left");
+}
+
 TEST_CASE("upstream closes or resets without answering: 502") {
     proxy_fixture f;
     CHECK(f.get("/close-early").status == 502);
