@@ -25,6 +25,22 @@ void append_int(std::vector<std::string>& argv, std::int64_t v) {
     argv.emplace_back(buf, end);
 }
 
+// "EVALSHA", the script's SHA and a placeholder for numkeys; returns the placeholder's index.
+std::size_t begin_call(std::vector<std::string>& argv, std::string_view sha) {
+    argv.emplace_back("EVALSHA");
+    argv.emplace_back(sha);
+    argv.emplace_back();
+    return argv.size() - 1;
+}
+
+// ARGV[1]: the time override, "" in production (the script reads TIME).
+void append_time(std::vector<std::string>& argv, std::optional<limit::usec> now_override) {
+    if (now_override)
+        append_int(argv, *now_override);
+    else
+        argv.emplace_back();
+}
+
 }  // namespace
 
 limit::check_result failure(std::string message) {
@@ -63,10 +79,7 @@ std::string log_key_name(std::string_view key_prefix, const limit::store_key& k,
 
 void build_call(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
                 const limit::check_request& r, std::optional<limit::usec> now_override, call_flag flag) {
-    argv.emplace_back("EVALSHA");
-    argv.emplace_back(sha);
-    const std::size_t numkeys_at = argv.size();
-    argv.emplace_back();
+    const std::size_t numkeys_at = begin_call(argv, sha);
     std::size_t numkeys = 0;
     for (const auto& k : r.keys) {
         argv.push_back(key_name(key_prefix, k));
@@ -78,10 +91,7 @@ void build_call(std::vector<std::string>& argv, std::string_view sha, std::strin
         }
     }
     argv[numkeys_at] = std::to_string(numkeys);
-    if (now_override)
-        append_int(argv, *now_override);
-    else
-        argv.emplace_back();
+    append_time(argv, now_override);
     append_int(argv, r.cost);
     append_int(argv, static_cast<std::int64_t>(r.keys.size()));
     for (const auto& k : r.keys) {
@@ -115,10 +125,7 @@ void build_call(std::vector<std::string>& argv, std::string_view sha, std::strin
 
 void build_undo(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
                 const limit::store_key& k, std::int64_t cost, const undo_record& u) {
-    argv.emplace_back("EVALSHA");
-    argv.emplace_back(sha);
-    const std::size_t numkeys_at = argv.size();
-    argv.emplace_back();
+    const std::size_t numkeys_at = begin_call(argv, sha);
     argv.push_back(key_name(key_prefix, k));
     std::size_t numkeys = 1;
     for (const auto& t : k.tiers) {
@@ -143,10 +150,7 @@ void build_undo(std::vector<std::string>& argv, std::string_view sha, std::strin
 bool build_lease(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
                  const limit::check_request& r, limit::lease_change change, std::optional<limit::usec> now_override) {
     const auto leased = [](const limit::tier& t) { return t.algo == config::algorithm::concurrency; };
-    argv.emplace_back("EVALSHA");
-    argv.emplace_back(sha);
-    const std::size_t numkeys_at = argv.size();
-    argv.emplace_back();
+    const std::size_t numkeys_at = begin_call(argv, sha);
     std::size_t numkeys = 0;
     for (const auto& k : r.keys) {
         if (std::none_of(k.tiers.begin(), k.tiers.end(), leased)) continue;
@@ -154,10 +158,7 @@ bool build_lease(std::vector<std::string>& argv, std::string_view sha, std::stri
         ++numkeys;
     }
     argv[numkeys_at] = std::to_string(numkeys);
-    if (now_override)
-        append_int(argv, *now_override);
-    else
-        argv.emplace_back();
+    append_time(argv, now_override);
     argv.emplace_back(change == limit::lease_change::release ? "release" : "renew");
     append_int(argv, static_cast<std::int64_t>(r.lease));
     for (const auto& k : r.keys) {
