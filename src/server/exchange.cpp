@@ -5,7 +5,6 @@
 #include "http/async.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 
@@ -50,25 +49,6 @@ std::int64_t reported_charge(const http::message_head& resp, const route::route&
 awaitable<error_code> wait_readable(tcp::socket& s) {
     auto [ec] = co_await s.async_wait(tcp::socket::wait_read, http::use_tuple);
     co_return ec;
-}
-
-// Returns true once the client has gone (its end of stream, or an error on its socket) while
-// the upstream's answer is awaited; as nginx does by default, the request is then given up.
-// Bytes from the client (a pipelined request, read later) end the watch: it then returns
-// only when cancelled, as the awaited answer arrived. False when cancelled.
-awaitable<bool> client_gone(tcp::socket& s) {
-    auto [ec] = co_await s.async_wait(tcp::socket::wait_read, http::use_tuple);
-    if (ec == asio::error::operation_aborted) co_return false;
-    if (!ec) {
-        char byte;
-        s.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
-        if (!ec) {
-            asio::steady_timer parked(s.get_executor(), asio::steady_timer::time_point::max());
-            co_await parked.async_wait(http::use_tuple);
-            co_return false;
-        }
-    }
-    co_return true;
 }
 
 metrics::upstream_error error_kind(const error_code& ec) {
@@ -215,6 +195,33 @@ awaitable<session::step> session::send_request(body_framing framing, std::uint64
     co_return step{};
 }
 
+// While the upstream's answer is awaited, a client that leaves (end of stream, or an error on
+// its socket) has its request given up, as nginx does by default: the watch cancels the
+// upstream read. Bytes from the client (a pipelined request) end the watch. A plain handler,
+// not a coroutine: it is armed for every proxied request.
+void session::watch_client(bool on) {
+    watching_ = on;
+    if (!on) {
+        error_code ignored;
+        client_.cancel(ignored);
+        return;
+    }
+    client_left_ = false;
+    if (!watch_) watch_ = std::make_shared<session*>(this);
+    client_.async_wait(tcp::socket::wait_read, [w = watch_](error_code ec) {
+        session* s = *w;
+        if (!s || !s->watching_ || ec == asio::error::operation_aborted) return;
+        if (!ec) {
+            char byte;
+            s->client_.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
+            if (!ec) return;  // a pipelined request: read in its turn
+        }
+        s->client_left_ = true;
+        error_code ignored;
+        if (s->up_) s->up_->socket.cancel(ignored);
+    });
+}
+
 // Reads the final response head, relaying interim 1xx ones; one deadline covers them all.
 awaitable<session::step> session::read_response_head(bool replayable) {
     const auto asked = clock::now();
@@ -227,17 +234,13 @@ awaitable<session::step> session::read_response_head(bool replayable) {
         rp.body_limit(boost::none);
         if (head_.method == bhttp::verb::head) rp.skip(true);
         bool got_some = false;
-        error_code ec;
-        if (in_.size() > 0) {  // a pipelined request is already read: the client cannot be seen leaving
-            ec = co_await relay_.read_head(rp, up_->socket, up_->buffer, deadline, got_some);
-        } else {
-            using namespace asio::experimental::awaitable_operators;
-            auto first =
-                co_await (relay_.read_head(rp, up_->socket, up_->buffer, deadline, got_some) || client_gone(client_));
-            if (first.index() == 1 && std::get<1>(first)) co_return step{fail::client_gone};
-            // Not gone, yet first: the deadline's sweep cancelled both waits.
-            ec = first.index() == 0 ? std::get<0>(first) : relay_.timed(asio::error::operation_aborted);
-        }
+        // A pipelined request already read keeps the socket readable: such a client cannot be
+        // seen leaving, and is not watched.
+        const bool watch = in_.size() == 0;
+        if (watch) watch_client(true);
+        auto ec = co_await relay_.read_head(rp, up_->socket, up_->buffer, deadline, got_some);
+        if (watch) watch_client(false);
+        if (client_left_) co_return step{fail::client_gone};
         req_.upstream_us = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - asked).count();
         if (ec) {
             if (!got_some && replayable && !relay::is_timeout(ec)) co_return step{std::nullopt, true};

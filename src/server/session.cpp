@@ -89,6 +89,7 @@ session::session(worker& w, tcp::socket s)
 
 // Also reached when an exception leaves the coroutine: the gauge and the log stay right.
 session::~session() {
+    if (watch_) *watch_ = nullptr;
     if (req_.open) end_request();
     release_upstream(false);
     w_.open_connections.fetch_sub(1, std::memory_order_relaxed);

@@ -95,6 +95,7 @@ private:
     boost::asio::awaitable<std::optional<failure>> connect_upstream();
     boost::asio::awaitable<step> send_request(proxy::body_framing framing, std::uint64_t length, bool replayable);
     boost::asio::awaitable<step> read_response_head(bool replayable);
+    void watch_client(bool on);
     boost::asio::awaitable<after> relay_response();
     void release_upstream(bool reuse);
 
@@ -121,6 +122,10 @@ private:
     std::optional<http::response_parser> resp_parser_;
     std::unique_ptr<proxy::upstream_connection> up_;  // watched by track_ while held
     bool first_ = true;
+    // watch_client(): whether the client is watched now, whether it left, and this session
+    // as its handler finds it (null once the session is gone).
+    bool watching_ = false, client_left_ = false;
+    std::shared_ptr<session*> watch_;
 };
 
 }  // namespace sluice::server
