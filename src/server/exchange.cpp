@@ -8,7 +8,10 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <limits>
 
@@ -212,9 +215,11 @@ void session::watch_client(bool on) {
         session* s = *w;
         if (!s || !s->watching_ || ec == asio::error::operation_aborted) return;
         if (!ec) {
+            // Not asio's receive: on a readiness that turns out spurious it would block.
             char byte;
-            s->client_.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
-            if (!ec) return;  // a pipelined request: read in its turn
+            const auto n = ::recv(s->client_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (n > 0) return;  // a pipelined request: read in its turn
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return s->watch_client(true);
         }
         s->client_left_ = true;
         error_code ignored;
