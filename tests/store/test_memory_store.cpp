@@ -257,3 +257,32 @@ TEST_CASE("memory store: concurrent checks on shared keys admit exactly the limi
     for (auto& th : pool) th.join();
     CHECK(alone == addresses * ip_limit);
 }
+
+TEST_CASE("memory store: a lease renewed is a use: an identifier with requests in flight is not the one evicted") {
+    clocked_store s(2 * memory_store::stripe_count);  // two identifiers per stripe
+    config::tier_config c;
+    c.kind = "ip";
+    c.algo = config::algorithm::concurrency;
+    c.limit = 1;
+    c.per = config::duration{30'000};
+    const std::vector<limit::tier> slots{limit::tier::from(c, "mem/ip/concurrency", "ip-concurrency")};
+    const std::vector<limit::tier> ip{fixed_tier("ip", 5, 60'000)};
+    const limit::store_key busy{'i', id_in(7, 1), slots}, other{'i', id_in(7, 2), ip}, next{'i', id_in(7, 3), ip};
+    const std::vector<limit::store_key> held{busy};
+
+    auto taken = s.store.try_check({held, 1, false, 42});
+    REQUIRE(taken);
+    REQUIRE(taken->verdict.allowed);
+    CHECK(s.check({other}).allowed);  // busy is now the least recently used...
+    s.now += SEC;
+    s.store.change_lease({held, 1, false, 42}, limit::lease_change::renew);  // ...until its renewal
+    CHECK(s.check({next}).allowed);                                          // the stripe is full: `other` goes
+    CHECK(s.store.evictions() == 1);
+    auto again = s.store.try_check({held, 1, false, 43});  // the slot is still held
+    REQUIRE(again);
+    CHECK_FALSE(again->verdict.allowed);
+    s.store.change_lease({held, 1, false, 42}, limit::lease_change::release);
+    auto freed = s.store.try_check({held, 1, false, 43});
+    REQUIRE(freed);
+    CHECK(freed->verdict.allowed);
+}
