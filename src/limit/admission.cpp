@@ -2,6 +2,7 @@
 
 #include "limit/headers.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 namespace sluice::limit {
@@ -63,11 +64,12 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
         }
     }
     request_ = {std::span(keys_.data(), n), cost, p.count_rejected, 0};
-    if (ctx.leases) {
-        for (std::size_t i = 0; i < n && request_.lease == 0; ++i) {
-            for (const tier& t : keys_[i].tiers)
-                if (t.algo == config::algorithm::concurrency) request_.lease = ctx.leases->next();
-        }
+    // Only a request that meets a concurrency tier draws a lease (a policy's may be in a
+    // tier list this caller does not get, as a plan's).
+    if (ctx.leases && p.concurrent) {
+        const auto slot = [](const tier& t) { return t.algo == config::algorithm::concurrency; };
+        for (std::size_t i = 0; i < n && request_.lease == 0; ++i)
+            if (std::any_of(keys_[i].tiers.begin(), keys_[i].tiers.end(), slot)) request_.lease = ctx.leases->next();
     }
     if (n > 0) {
         out.id_kind = keys_[n - 1].kind;  // the user when there is one

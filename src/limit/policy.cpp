@@ -94,6 +94,13 @@ std::vector<policy> compile_policies(const config::config& c) {
                 }
             }
         }
+        const auto has_slots = [](const std::vector<tier>& tiers) {
+            return std::any_of(tiers.begin(), tiers.end(),
+                               [](const tier& t) { return t.algo == config::algorithm::concurrency; });
+        };
+        p.concurrent =
+            has_slots(p.ip) || has_slots(p.user) ||
+            std::any_of(p.plans.begin(), p.plans.end(), [&](const plan_tiers& pt) { return has_slots(pt.user); });
         out.push_back(std::move(p));
     }
     return out;

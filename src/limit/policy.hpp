@@ -26,6 +26,7 @@ struct policy {
     bool user_by_plan = false;    // the user tiers are the caller's plan's: in `plans`, not `user`
     std::vector<plan_tiers> plans;
     bool count_rejected = false;  // penalty mode: refused requests count too
+    bool concurrent = false;      // some tier (ip, user or a plan's) is a concurrency tier
 
     // user_by_plan: the tiers of `plan`, or null when the config has no such plan.
     const std::vector<tier>* plan_user(std::string_view plan) const;

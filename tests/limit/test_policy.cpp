@@ -206,4 +206,7 @@ policies:
     CHECK(ps[0].ip[0].per == 30'000'000);  // the default lease
     CHECK(ps[0].user[0].per == 10'000'000);
     CHECK(ps[0].user[0].horizon == 10'000'000);
+    CHECK(ps[0].concurrent);
+    CHECK_FALSE(
+        compile("upstream: { url: \"http://h\" }\npolicies:\n  p:\n    ip: [ {limit: 1, per: 1s} ]\n")[0].concurrent);
 }
