@@ -48,12 +48,14 @@ bool can_bind(std::uint16_t port) {
     return ok;
 }
 
-// A node's port: its cluster bus listens 10000 higher, so both must be free (and the
-// port at most 55535).
+// A node's port: its cluster bus listens 10000 higher, so both must be free. Both are drawn
+// below Linux's default ephemeral range (32768 up), where no connection of a test running
+// beside this one is given a port; another test's node may still take one between this
+// check and redis-server's bind, which the caller retries.
 std::uint16_t cluster_port() {
     static std::mt19937 rng(std::random_device{}());
     for (int i = 0; i < 1000; ++i) {
-        const auto p = static_cast<std::uint16_t>(std::uniform_int_distribution<int>(20000, 55535)(rng));
+        const auto p = static_cast<std::uint16_t>(std::uniform_int_distribution<int>(10000, 22767)(rng));
         if (can_bind(p) && can_bind(static_cast<std::uint16_t>(p + 10000))) return p;
     }
     throw std::runtime_error("no free port pair for a cluster node");
@@ -90,38 +92,21 @@ struct cluster_nodes {
         if (tls) tls_args = {"--tls", "--cacert", tls->file("ca.pem")};
         const int n = primaries * (1 + replicas);
         for (int i = 0; i < n; ++i) {
-            const auto port = cluster_port();
-            ports.push_back(port);
-            const auto p = std::to_string(port);
-            std::vector<std::string> argv{"redis-server",
-                                          "--port",
-                                          p,
-                                          "--bind",
-                                          "127.0.0.1",
-                                          "--cluster-enabled",
-                                          "yes",
-                                          "--cluster-config-file",
-                                          dir + "/nodes-" + p + ".conf",
-                                          "--cluster-node-timeout",
-                                          "1000",
-                                          "--dir",
-                                          dir,
-                                          "--save",
-                                          "",
-                                          "--appendonly",
-                                          "no",
-                                          "--maxmemory-policy",
-                                          "noeviction"};
-            if (tls) {
-                argv[2] = "0";
-                argv.insert(argv.end(),
-                            {"--tls-port", p, "--tls-cluster", "yes", "--tls-replication", "yes", "--tls-cert-file",
-                             tls->file("server.pem"), "--tls-key-file", tls->file("server.key"), "--tls-ca-cert-file",
-                             tls->file("ca.pem"), "--tls-auth-clients", "no"});
+            for (int attempt = 1;; ++attempt) {
+                const auto port = cluster_port();
+                procs.push_back(start_node(port, tls));
+                try {
+                    procs.back()->wait_for_line("Ready to accept connections");
+                    ports.push_back(port);
+                    break;
+                } catch (const std::runtime_error& e) {
+                    procs.pop_back();
+                    if (attempt == 5 ||
+                        std::string_view(e.what()).find("Address already in use") == std::string_view::npos)
+                        throw;
+                }
             }
-            procs.push_back(std::make_unique<process>(argv));
         }
-        for (auto& p : procs) p->wait_for_line("Ready to accept connections");
         std::vector<std::string> create{"redis-cli"};
         create.insert(create.end(), tls_args.begin(), tls_args.end());
         create.insert(create.end(), {"--cluster", "create"});
@@ -148,6 +133,37 @@ struct cluster_nodes {
                     return true;
                 },
                 seconds(30)));
+    }
+
+    std::unique_ptr<process> start_node(std::uint16_t port, const tls_files* tls) const {
+        const auto p = std::to_string(port);
+        std::vector<std::string> argv{"redis-server",
+                                      "--port",
+                                      p,
+                                      "--bind",
+                                      "127.0.0.1",
+                                      "--cluster-enabled",
+                                      "yes",
+                                      "--cluster-config-file",
+                                      dir + "/nodes-" + p + ".conf",
+                                      "--cluster-node-timeout",
+                                      "1000",
+                                      "--dir",
+                                      dir,
+                                      "--save",
+                                      "",
+                                      "--appendonly",
+                                      "no",
+                                      "--maxmemory-policy",
+                                      "noeviction"};
+        if (tls) {
+            argv[2] = "0";
+            argv.insert(argv.end(),
+                        {"--tls-port", p, "--tls-cluster", "yes", "--tls-replication", "yes", "--tls-cert-file",
+                         tls->file("server.pem"), "--tls-key-file", tls->file("server.key"), "--tls-ca-cert-file",
+                         tls->file("ca.pem"), "--tls-auth-clients", "no"});
+        }
+        return std::make_unique<process>(argv);
     }
 
     std::string cli(std::uint16_t port, std::vector<std::string> args) const {
