@@ -3,10 +3,24 @@
 #pragma once
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/buffer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
+#include <utility>
 
 namespace sluice::http {
 
 inline constexpr auto use_tuple = boost::asio::as_tuple(boost::asio::use_awaitable);
+
+// Completes, consuming nothing, once the socket has a byte to read (n = 1), or has reached its
+// end or an error (ec): a one-byte receive with MSG_PEEK into `byte`, which must outlive it.
+// It stands for async_wait(wait_read) on the data path, which costs an epoll_ctl per wait
+// (asio re-arms the descriptor for a wait). A receive is queued on the registration asio
+// already holds, and bytes that came before it are not missed: an edge seen with no receive
+// queued makes asio try the next one at once.
+template <class Socket, class Token>
+auto async_peek(Socket& s, char& byte, Token&& token) {
+    return s.async_receive(boost::asio::buffer(&byte, 1), Socket::message_peek, std::forward<Token>(token));
+}
 
 }  // namespace sluice::http

@@ -41,8 +41,10 @@ void connection_set::start() {
 
 void connection_set::sweep() {
     auto now = clock::now();
-    for (auto& c : list_)
+    for (auto& c : list_) {
         if (c.deadline_ <= now || (draining_ && c.idle)) c.expire();
+        if (std::exchange(c.sweep_asked_, false) && c.on_sweep) c.on_sweep();
+    }
 }
 
 void connection_set::drain(std::function<void()> on_empty) {

@@ -45,6 +45,11 @@ public:
     void watch_upstream(boost::asio::ip::tcp::socket* upstream) { upstream_ = upstream; }
     // True while waiting for the next request with no byte of it read: safe to close.
     bool idle = true;
+    // The next sweep calls `on_sweep` once, unless unasked first: for work worth doing only
+    // for an operation that lasts (a request served within a tick never pays for it).
+    void ask_sweep() { sweep_asked_ = true; }
+    void unask_sweep() { sweep_asked_ = false; }
+    std::function<void()> on_sweep;
 
 private:
     friend class connection_set;
@@ -52,6 +57,7 @@ private:
     connection_set& set_;
     clock::time_point deadline_ = clock::time_point::max();
     bool expired_ = false;
+    bool sweep_asked_ = false;
     boost::asio::ip::tcp::socket& client_;
     boost::asio::ip::tcp::socket* upstream_ = nullptr;
 };

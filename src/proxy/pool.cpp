@@ -1,5 +1,7 @@
 #include "proxy/pool.hpp"
 
+#include "http/async.hpp"
+
 #include <poll.h>
 
 namespace sluice::proxy {
@@ -36,10 +38,9 @@ void pool::give_back(std::unique_ptr<upstream_connection> c) {
 }
 
 void pool::watch(entry& e) {
-    e.conn->socket.async_wait(boost::asio::socket_base::wait_read,
-                              [this, serial = e.serial](boost::system::error_code ec) {
-                                  if (ec != boost::asio::error::operation_aborted) drop(serial);
-                              });
+    http::async_peek(e.conn->socket, peek_, [this, serial = e.serial](boost::system::error_code ec, std::size_t) {
+        if (ec != boost::asio::error::operation_aborted) drop(serial);
+    });
 }
 
 void pool::drop(std::uint64_t serial) {

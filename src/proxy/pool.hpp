@@ -53,6 +53,7 @@ private:
     std::size_t max_idle_;
     std::uint64_t next_serial_ = 0;
     bool closed_ = false;
+    char peek_ = 0;  // where the watches' receives write (one thread: they never run at once)
     metrics::shard& metrics_;
 };
 

@@ -8,10 +8,7 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 
-#include <sys/socket.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <limits>
 
@@ -50,8 +47,10 @@ std::int64_t reported_charge(const http::message_head& resp, const route::route&
 }
 
 awaitable<error_code> wait_readable(tcp::socket& s) {
-    auto [ec] = co_await s.async_wait(tcp::socket::wait_read, http::use_tuple);
-    co_return ec;
+    char byte;
+    auto [ec, n] = co_await http::async_peek(s, byte, http::use_tuple);
+    // bytes, an end or an error: the upstream has something to say, heard by the read
+    co_return ec == asio::error::operation_aborted ? ec : error_code{};
 }
 
 metrics::upstream_error error_kind(const error_code& ec) {
@@ -201,7 +200,7 @@ awaitable<session::step> session::send_request(body_framing framing, std::uint64
 // While the upstream's answer is awaited, a client that leaves (end of stream, or an error on
 // its socket) has its request given up, as nginx does by default: the watch cancels the
 // upstream read. Bytes from the client (a pipelined request) end the watch. A plain handler,
-// not a coroutine: it is armed for every proxied request.
+// not a coroutine; the worker's sweep arms it (see read_response_head).
 void session::watch_client(bool on) {
     watching_ = on;
     if (!on) {
@@ -209,18 +208,11 @@ void session::watch_client(bool on) {
         client_.cancel(ignored);
         return;
     }
-    client_left_ = false;
     if (!watch_) watch_ = std::make_shared<session*>(this);
-    client_.async_wait(tcp::socket::wait_read, [w = watch_](error_code ec) {
+    http::async_peek(client_, peek_, [w = watch_](error_code ec, std::size_t) {
         session* s = *w;
         if (!s || !s->watching_ || ec == asio::error::operation_aborted) return;
-        if (!ec) {
-            // Not asio's receive: on a readiness that turns out spurious it would block.
-            char byte;
-            const auto n = ::recv(s->client_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-            if (n > 0) return;  // a pipelined request: read in its turn
-            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return s->watch_client(true);
-        }
+        if (!ec) return;  // a pipelined request: read in its turn
         s->client_left_ = true;
         error_code ignored;
         if (s->up_) s->up_->socket.cancel(ignored);
@@ -240,11 +232,14 @@ awaitable<session::step> session::read_response_head(bool replayable) {
         if (head_.method == bhttp::verb::head) rp.skip(true);
         bool got_some = false;
         // A pipelined request already read keeps the socket readable: such a client cannot be
-        // seen leaving, and is not watched.
+        // seen leaving, and is not watched. The watch starts at the worker's next sweep (5 to
+        // 100 ms), so that an upstream that answers sooner costs no watch at all.
         const bool watch = in_.size() == 0;
-        if (watch) watch_client(true);
+        client_left_ = false;
+        if (watch) track_.ask_sweep();
         auto ec = co_await relay_.read_head(rp, up_->socket, up_->buffer, deadline, got_some);
-        if (watch) watch_client(false);
+        track_.unask_sweep();
+        if (watching_) watch_client(false);
         if (client_left_) co_return step{fail::client_gone};
         req_.upstream_us = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - asked).count();
         if (ec) {

@@ -85,6 +85,7 @@ session::session(worker& w, tcp::socket s)
     w_.open_connections.fetch_add(1, std::memory_order_relaxed);
     error_code ec;
     client_.set_option(tcp::no_delay(true), ec);
+    track_.on_sweep = [this] { watch_client(true); };
 }
 
 // Also reached when an exception leaves the coroutine: the gauge and the log stay right.
@@ -161,10 +162,9 @@ awaitable<session::head_status> session::read_head() {
     track_.arm(header_armed ? cfg_->server.header_timeout : cfg_->server.idle_timeout);
     if (!got_some) {
         // Wait for the request's first byte holding no read buffer: an idle keep-alive
-        // connection then costs its coroutine frames only. (Asio re-arms the descriptor
-        // for the wait, so bytes that came before it are not missed.)
+        // connection then costs its coroutine frames only.
         in_.shrink_to_fit();
-        auto [ec] = co_await client_.async_wait(tcp::socket::wait_read, http::use_tuple);
+        auto [ec, n] = co_await http::async_peek(client_, peek_, http::use_tuple);
         if (ec) co_return head_status::closed;
     }
     for (;;) {

@@ -125,6 +125,7 @@ private:
     // watch_client(): whether the client is watched now, whether it left, and this session
     // as its handler finds it (null once the session is gone).
     bool watching_ = false, client_left_ = false;
+    char peek_ = 0;  // where async_peek's receives of the client socket write
     std::shared_ptr<session*> watch_;
 };
 
