@@ -1,9 +1,5 @@
 #include "proxy/pool.hpp"
 
-#include "http/async.hpp"
-
-#include <poll.h>
-
 namespace sluice::proxy {
 
 namespace {
@@ -18,10 +14,8 @@ bool readable(boost::asio::ip::tcp::socket& s) {
 
 std::unique_ptr<upstream_connection> pool::take() {
     while (!idle_.empty()) {
-        auto c = std::move(idle_.back().conn);
+        auto c = std::move(idle_.back());
         idle_.pop_back();
-        boost::system::error_code ignored;
-        c->socket.cancel(ignored);  // its watch completes as operation_aborted, touching nothing
         metrics_.set_idle_upstream(idle_.size());
         if (readable(c->socket)) continue;
         c->reused = true;
@@ -32,29 +26,37 @@ std::unique_ptr<upstream_connection> pool::take() {
 
 void pool::give_back(std::unique_ptr<upstream_connection> c) {
     if (closed_ || idle_.size() >= max_idle_ || !c->socket.is_open() || c->buffer.size() != 0) return;
-    idle_.push_back({std::move(c), next_serial_++});
-    watch(idle_.back());
+    idle_.push_back(std::move(c));
     metrics_.set_idle_upstream(idle_.size());
+    if (!sweeping_) start_sweep();
 }
 
-void pool::watch(entry& e) {
-    http::async_peek(e.conn->socket, peek_, [this, serial = e.serial](boost::system::error_code ec, std::size_t) {
-        if (ec != boost::asio::error::operation_aborted) drop(serial);
+void pool::start_sweep() {
+    sweeping_ = true;
+    sweep_.expires_after(std::chrono::seconds(1));
+    sweep_.async_wait([this](boost::system::error_code ec) {
+        if (ec) return;  // close_all(), or the pool is gone
+        sweeping_ = false;
+        sweep();
+        if (!idle_.empty()) start_sweep();
     });
 }
 
-void pool::drop(std::uint64_t serial) {
-    for (auto it = idle_.begin(); it != idle_.end(); ++it) {
-        if (it->serial != serial) continue;
-        idle_.erase(it);
-        metrics_.set_idle_upstream(idle_.size());
-        return;
-    }
+void pool::sweep() {
+    polled_.clear();
+    for (auto& c : idle_) polled_.push_back({c->socket.native_handle(), POLLIN | POLLRDHUP, 0});
+    if (::poll(polled_.data(), polled_.size(), 0) <= 0) return;
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < idle_.size(); ++i)
+        if (polled_[i].revents == 0) idle_[kept++] = std::move(idle_[i]);
+    idle_.resize(kept);
+    metrics_.set_idle_upstream(idle_.size());
 }
 
 void pool::close_all() {
     closed_ = true;
     idle_.clear();
+    sweep_.cancel();
     metrics_.set_idle_upstream(0);
 }
 

@@ -64,7 +64,7 @@ worker::worker(std::shared_ptr<const snapshot> s, metrics::shard& m, std::vector
       open_connections(open_conns),
       max_connections(max_conns),
       connections(ioc, sweep_tick(*s->cfg)),
-      pool(s->cfg->upstream.max_idle_per_worker, m) {
+      pool(ioc.get_executor(), s->cfg->upstream.max_idle_per_worker, m) {
     set_snapshot(std::move(s));
 }
 

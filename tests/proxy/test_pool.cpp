@@ -46,10 +46,11 @@ struct pool_fixture {
         return l;
     }
 
-    // Runs the io_context until `pred` holds or a second passes; returns pred().
+    // Runs the io_context until `pred` holds or three seconds pass (the pool sweeps its idle
+    // connections every second); returns pred().
     template <class Pred>
     bool run_until(Pred pred) {
-        const auto end = std::chrono::steady_clock::now() + 1s;
+        const auto end = std::chrono::steady_clock::now() + 3s;
         while (!pred() && std::chrono::steady_clock::now() < end) {
             if (ioc.stopped()) ioc.restart();
             ioc.run_one_for(5ms);
@@ -57,7 +58,7 @@ struct pool_fixture {
         return pred();
     }
 
-    // Whether the upstream's end sees the connection closed by the pool within a second: EOF,
+    // Whether the upstream's end sees the connection closed by the pool within 3 s: EOF,
     // or a reset when the pool's end had unread bytes.
     bool closed_by_pool(tcp::socket& server) {
         std::array<char, 8> buf{};
@@ -94,7 +95,7 @@ bool wait_readable(tcp::socket& s) {
 
 TEST_CASE("pool: give_back then take returns the same connection marked reused, most recent first") {
     pool_fixture f;
-    pool p(4, f.registry.worker(0));
+    pool p(f.ioc.get_executor(), 4, f.registry.worker(0));
     CHECK(p.take() == nullptr);
 
     auto a = f.connect();
@@ -118,7 +119,7 @@ TEST_CASE("pool: give_back then take returns the same connection marked reused, 
     CHECK(p.idle() == 0);
     CHECK(p.take() == nullptr);
 
-    // The connection handed out still works: its cancelled watch consumed nothing.
+    // The connection handed out still works.
     f.ioc.restart();
     f.ioc.poll();
     asio::write(b.server, asio::buffer("ok", 2));
@@ -129,7 +130,7 @@ TEST_CASE("pool: give_back then take returns the same connection marked reused, 
 
 TEST_CASE("pool: give_back drops a connection with buffered bytes, a closed one, and any beyond max_idle") {
     pool_fixture f;
-    pool p(1, f.registry.worker(0));
+    pool p(f.ioc.get_executor(), 1, f.registry.worker(0));
 
     auto buffered = f.connect();
     auto n = asio::buffer_copy(buffered.conn->buffer.prepare(1), asio::buffer("z", 1));
@@ -155,15 +156,13 @@ TEST_CASE("pool: give_back drops a connection with buffered bytes, a closed one,
     CHECK(c.get() == kept.raw);
 }
 
-TEST_CASE("pool: an idle connection whose upstream sends a byte is dropped once the io_context runs") {
+TEST_CASE("pool: an idle connection whose upstream sends a byte is dropped at the next sweep") {
     pool_fixture f;
-    pool p(4, f.registry.worker(0));
+    pool p(f.ioc.get_executor(), 4, f.registry.worker(0));
     auto a = f.connect();
     auto b = f.connect();
     p.give_back(std::move(a.conn));
     p.give_back(std::move(b.conn));
-    f.ioc.restart();
-    f.ioc.poll();  // the watches are waiting
     CHECK(p.idle() == 2);
 
     asio::write(a.server, asio::buffer("!", 1));  // a byte no request asked for
@@ -175,9 +174,9 @@ TEST_CASE("pool: an idle connection whose upstream sends a byte is dropped once 
     CHECK(c.get() == b.raw);
 }
 
-TEST_CASE("pool: an idle connection the upstream closes is dropped once the io_context runs") {
+TEST_CASE("pool: an idle connection the upstream closes is dropped at the next sweep") {
     pool_fixture f;
-    pool p(4, f.registry.worker(0));
+    pool p(f.ioc.get_executor(), 4, f.registry.worker(0));
     auto a = f.connect();
     auto b = f.connect();
     p.give_back(std::move(a.conn));
@@ -191,9 +190,9 @@ TEST_CASE("pool: an idle connection the upstream closes is dropped once the io_c
     CHECK(p.idle() == 0);
 }
 
-TEST_CASE("pool: take() skips a readable connection even before the io_context has run its watch") {
+TEST_CASE("pool: take() skips a readable connection even before the sweep has seen it") {
     pool_fixture f;
-    pool p(4, f.registry.worker(0));
+    pool p(f.ioc.get_executor(), 4, f.registry.worker(0));
     auto a = f.connect();
     auto wrote = f.connect();
     auto closed = f.connect();
@@ -205,7 +204,7 @@ TEST_CASE("pool: take() skips a readable connection even before the io_context h
     closed.server.close();
     REQUIRE(wait_readable(wrote.raw->socket));
     REQUIRE(wait_readable(closed.raw->socket));
-    // No io_context run since: the watches have not completed.
+    // No io_context run since: no sweep has seen them.
     CHECK(p.idle() == 3);
 
     auto c = p.take();
@@ -216,21 +215,27 @@ TEST_CASE("pool: take() skips a readable connection even before the io_context h
     CHECK(f.idle_gauge() == "0");
     CHECK(f.closed_by_pool(wrote.server));
 
-    // The skipped connections' cancelled watches complete harmlessly.
+    // The sweep that was due finds the pool empty and does not come back: the io_context
+    // runs out of work.
     f.ioc.restart();
-    f.ioc.poll();
+    f.ioc.run_for(3s);
+    CHECK(f.ioc.stopped());
     CHECK(p.idle() == 0);
 }
 
 TEST_CASE("pool: close_all drops every idle connection") {
     pool_fixture f;
-    pool p(4, f.registry.worker(0));
+    pool p(f.ioc.get_executor(), 4, f.registry.worker(0));
     auto a = f.connect();
     auto b = f.connect();
     p.give_back(std::move(a.conn));
     p.give_back(std::move(b.conn));
     p.close_all();
     CHECK(p.idle() == 0);
+    // Its sweep is cancelled: the io_context runs out of work.
+    f.ioc.restart();
+    CHECK(f.ioc.run_for(3s) >= 1);
+    CHECK(f.ioc.stopped());
     CHECK(f.idle_gauge() == "0");
     CHECK(f.closed_by_pool(a.server));
     CHECK(f.closed_by_pool(b.server));
