@@ -18,10 +18,14 @@ namespace {
 
 constexpr auto linger_time = std::chrono::seconds(2);
 constexpr std::size_t linger_bytes = 4 * 1024 * 1024;
-// Buffers a connection keeps between requests (the read buffer excepted: read_head frees
-// it while it waits): enough for typical answers, so that the common request allocates
-// nothing. A request that needed more gives it back when it ends.
+// Buffers a connection keeps between requests (the read buffer excepted): enough for
+// typical answers, so that the common request allocates nothing. A request that needed more
+// gives it back when it ends.
 constexpr std::size_t kept_bytes = 16 * 1024;
+// The read buffer an idle keep-alive connection keeps. A request's first read goes straight
+// into it (waiting for readability first would cost a syscall per request), and most heads
+// fit; a longer one is read on 16 KiB at a time.
+constexpr std::size_t first_read_bytes = 1024;
 
 identity::address peer_address(const tcp::socket& s) {
     error_code ec;
@@ -160,13 +164,7 @@ awaitable<session::head_status> session::read_head() {
     bool header_armed = got_some || first_;
     track_.idle = !got_some;
     track_.arm(header_armed ? cfg_->server.header_timeout : cfg_->server.idle_timeout);
-    if (!got_some) {
-        // Wait for the request's first byte holding no read buffer: an idle keep-alive
-        // connection then costs its coroutine frames only.
-        in_.shrink_to_fit();
-        auto [ec, n] = co_await http::async_peek(client_, peek_, http::use_tuple);
-        if (ec) co_return head_status::closed;
-    }
+    if (!got_some && in_.capacity() > first_read_bytes) in_.shrink_to_fit();
     for (;;) {
         if (in_.size() > 0) {
             req_.open = true;
@@ -178,7 +176,8 @@ awaitable<session::head_status> session::read_head() {
                 co_return head_status::failed;
             }
         }
-        auto [ec, n] = co_await client_.async_read_some(in_.prepare(kept_bytes), http::use_tuple);
+        auto [ec, n] =
+            co_await client_.async_read_some(in_.prepare(got_some ? kept_bytes : first_read_bytes), http::use_tuple);
         in_.commit(n);
         if (ec) {
             if (!got_some || !proxy::relay::is_timeout(relay_.timed(ec))) co_return head_status::closed;
