@@ -77,50 +77,112 @@ std::string log_key_name(std::string_view key_prefix, const limit::store_key& k,
     return name;
 }
 
+namespace {
+
+// Where a check's arguments go, in order: `count` first (how many), then each one.
+struct argv_sink {
+    std::vector<std::string>& argv;
+    void count(std::size_t n) { argv.reserve(argv.size() + n); }
+    void arg(std::string_view a) { argv.emplace_back(a); }
+    void number(std::int64_t v) { append_int(argv, v); }
+};
+
+// RESP, as redisFormatCommandArgv writes it, without its printf and a string per argument.
+struct resp_sink {
+    std::string& out;
+    void length(char type, std::size_t n) {
+        char buf[24];
+        buf[0] = type;
+        auto [end, ec] = std::to_chars(buf + 1, buf + sizeof buf - 2, n);
+        (void)ec;
+        *end++ = '\r';
+        *end++ = '\n';
+        out.append(buf, static_cast<std::size_t>(end - buf));
+    }
+    void count(std::size_t n) { length('*', n); }
+    void arg(std::string_view a) {
+        length('$', a.size());
+        out.append(a.data(), a.size());
+        out.append("\r\n", 2);
+    }
+    void number(std::int64_t v) {
+        char buf[24];
+        auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+        (void)ec;
+        arg(std::string_view(buf, static_cast<std::size_t>(end - buf)));
+    }
+};
+
+template <class Sink>
+void emit_call(Sink& out, std::string_view sha, std::string_view key_prefix, const limit::check_request& r,
+               std::optional<limit::usec> now_override, call_flag flag) {
+    std::size_t numkeys = 0, tiers = 0;
+    for (const auto& k : r.keys) {
+        numkeys += 1 + static_cast<std::size_t>(std::count_if(k.tiers.begin(), k.tiers.end(), [](const limit::tier& t) {
+                       return t.algo == config::algorithm::log;
+                   }));
+        tiers += k.tiers.size();
+    }
+    std::string_view flag_arg;
+    switch (flag) {
+        case call_flag::none: flag_arg = r.count_rejected ? "p" : ""; break;
+        case call_flag::undo: flag_arg = "u"; break;
+        case call_flag::query: flag_arg = "q"; break;
+    }
+    out.count(3 + numkeys + 3 + r.keys.size() + 11 * tiers + (flag_arg.empty() ? 0 : 1));
+    out.arg("EVALSHA");
+    out.arg(sha);
+    out.number(static_cast<std::int64_t>(numkeys));
+    for (const auto& k : r.keys) {
+        out.arg(key_name(key_prefix, k));
+        for (const auto& t : k.tiers)
+            if (t.algo == config::algorithm::log) out.arg(log_key_name(key_prefix, k, t));
+    }
+    if (now_override)
+        out.number(*now_override);
+    else
+        out.arg("");  // ARGV[1]: the script reads TIME
+    out.number(r.cost);
+    out.number(static_cast<std::int64_t>(r.keys.size()));
+    for (const auto& k : r.keys) {
+        out.number(static_cast<std::int64_t>(k.tiers.size()));
+        for (const auto& t : k.tiers) {
+            const char code = algorithm_code(t);
+            out.arg(std::string_view(&code, 1));
+            out.number(t.limit);
+            out.number(t.per);
+            out.number(t.bucket);
+            out.number(t.buckets);
+            switch (t.algo) {
+                case config::algorithm::fixed: out.number(t.offset); break;
+                case config::algorithm::concurrency: out.number(static_cast<std::int64_t>(r.lease)); break;
+                default: out.number(t.burst); break;
+            }
+            out.number(t.interval);
+            out.number(t.tolerance);
+            out.number(t.min_interval);
+            out.number(t.horizon);
+            out.arg(t.id);
+        }
+    }
+    if (!flag_arg.empty()) out.arg(flag_arg);
+}
+
+}  // namespace
+
 void build_call(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
                 const limit::check_request& r, std::optional<limit::usec> now_override, call_flag flag) {
-    const std::size_t numkeys_at = begin_call(argv, sha);
-    std::size_t numkeys = 0;
-    for (const auto& k : r.keys) {
-        argv.push_back(key_name(key_prefix, k));
-        ++numkeys;
-        for (const auto& t : k.tiers) {
-            if (t.algo != config::algorithm::log) continue;
-            argv.push_back(log_key_name(key_prefix, k, t));
-            ++numkeys;
-        }
-    }
-    argv[numkeys_at] = std::to_string(numkeys);
-    append_time(argv, now_override);
-    append_int(argv, r.cost);
-    append_int(argv, static_cast<std::int64_t>(r.keys.size()));
-    for (const auto& k : r.keys) {
-        append_int(argv, static_cast<std::int64_t>(k.tiers.size()));
-        for (const auto& t : k.tiers) {
-            argv.emplace_back(1, algorithm_code(t));
-            append_int(argv, t.limit);
-            append_int(argv, t.per);
-            append_int(argv, t.bucket);
-            append_int(argv, t.buckets);
-            switch (t.algo) {
-                case config::algorithm::fixed: append_int(argv, t.offset); break;
-                case config::algorithm::concurrency: append_int(argv, static_cast<std::int64_t>(r.lease)); break;
-                default: append_int(argv, t.burst); break;
-            }
-            append_int(argv, t.interval);
-            append_int(argv, t.tolerance);
-            append_int(argv, t.min_interval);
-            append_int(argv, t.horizon);
-            argv.push_back(t.id);
-        }
-    }
-    switch (flag) {
-        case call_flag::none:
-            if (r.count_rejected) argv.emplace_back("p");
-            break;
-        case call_flag::undo: argv.emplace_back("u"); break;
-        case call_flag::query: argv.emplace_back("q"); break;
-    }
+    argv_sink out{argv};
+    emit_call(out, sha, key_prefix, r, now_override, flag);
+}
+
+std::string format_call(std::string_view sha, std::string_view key_prefix, const limit::check_request& r,
+                        std::optional<limit::usec> now_override, call_flag flag) {
+    std::string text;
+    text.reserve(256 + 96 * r.keys.size() + 128 * (r.keys.empty() ? 0 : r.keys[0].tiers.size()));
+    resp_sink out{text};
+    emit_call(out, sha, key_prefix, r, now_override, flag);
+    return text;
 }
 
 void build_undo(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,

@@ -55,6 +55,11 @@ void build_call(std::vector<std::string>& argv, std::string_view sha, std::strin
                 const limit::check_request& r, std::optional<limit::usec> now_override = std::nullopt,
                 call_flag flag = call_flag::none);
 
+// The same command in RESP, ready for redis_connection::call_formatted: what
+// format_command() makes of build_call()'s argv, written in one string.
+std::string format_call(std::string_view sha, std::string_view key_prefix, const limit::check_request& r,
+                        std::optional<limit::usec> now_override = std::nullopt, call_flag flag = call_flag::none);
+
 // Appends the EVALSHA that renews or releases lease r.lease in the concurrency tiers of r's
 // identifiers (the identifiers without one are left out). False when none has one: nothing
 // to send.

@@ -127,9 +127,8 @@ boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_requ
         if (cluster_) {
             out = co_await decide_on_cluster(r, asked + conn_opts_.timeout);
         } else {  // one node: one EVALSHA, here (no coroutine frame more per request)
-            std::vector<std::string> argv;
-            redis_script::build_call(argv, conn_->script_sha(), key_prefix_, r);
-            auto reply = co_await conn_->call(std::move(argv), true);
+            auto reply = co_await conn_->call_formatted(redis_script::format_call(conn_->script_sha(), key_prefix_, r),
+                                                        true, false);
             out = reply.ok() ? redis_script::parse_reply(reply.reply.get(), r)
                              : redis_script::failure(redis_connection::to_string(reply.failure));
         }

@@ -7,6 +7,7 @@
 // Seed: SLUICE_TEST_SEED, else random (printed).
 #include "limit/decide.hpp"
 #include "limit/store.hpp"
+#include "store/redis_pipeline.hpp"
 #include "store/redis_script.hpp"
 
 #include <doctest/doctest.h>
@@ -400,9 +401,12 @@ struct harness {
 
     limit::check_result script(const limit::check_request& r, std::optional<usec> now) {
         if (split && r.keys.size() > 1) return split_script(r, now);
-        std::vector<std::string> argv;
-        rs::build_call(argv, sha, prefix, r, now);
-        auto reply = srv.cmd(argv);
+        // The RESP the Redis store sends, as it writes it (format_call).
+        const std::string command = rs::format_call(sha, prefix, r, now);
+        REQUIRE(redisAppendFormattedCommand(srv.ctx(), command.data(), command.size()) == REDIS_OK);
+        void* raw = nullptr;
+        REQUIRE(redisGetReply(srv.ctx(), &raw) == REDIS_OK);
+        reply_ptr reply(static_cast<redisReply*>(raw));
         return rs::parse_reply(reply.get(), r);
     }
 
@@ -770,6 +774,22 @@ TEST_CASE("redis_script: build_call lays out KEYS and ARGV") {
         REQUIRE(argv.size() == want.size() + 1);
         CHECK(argv[0] == "keep");
         CHECK(argv[1] == "EVALSHA");
+    }
+    SUBCASE("format_call writes the RESP that hiredis makes of build_call's argv") {
+        std::vector<limit::tier> more{make_tier(algorithm::fixed, 7, 60000, 0, 0, "api"),
+                                      make_tier(algorithm::concurrency, 2, 30000, 0, 0, "api")};
+        std::vector<limit::store_key> three{keys[0], keys[1], {'u', b, more}};
+        for (const bool penalty : {false, true}) {
+            for (const auto flag : {rs::call_flag::none, rs::call_flag::undo, rs::call_flag::query}) {
+                for (const auto now : {std::optional<usec>{}, std::optional<usec>{usec{-5}}}) {
+                    limit::check_request q{three, 1'000'000'000'000, penalty, 0xfffffffffffffULL};
+                    std::vector<std::string> argv;
+                    rs::build_call(argv, "deadbeef", "x:", q, now, flag);
+                    CHECK(rs::format_call("deadbeef", "x:", q, now, flag) == sluice::store::format_command(argv));
+                }
+            }
+        }
+        CHECK(rs::format_call("deadbeef", "x:", r) == sluice::store::format_command(want));
     }
 }
 
