@@ -46,7 +46,7 @@ public:
     // True while waiting for the next request with no byte of it read: safe to close.
     bool idle = true;
     // The next sweep calls `on_sweep` once, unless unasked first: for work worth doing only
-    // for an operation that lasts (a request served within a tick never pays for it).
+    // for an operation that lasts (one that ends before the next sweep never pays for it).
     void ask_sweep() { sweep_asked_ = true; }
     void unask_sweep() { sweep_asked_ = false; }
     std::function<void()> on_sweep;

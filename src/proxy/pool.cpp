@@ -57,6 +57,7 @@ void pool::close_all() {
     closed_ = true;
     idle_.clear();
     sweep_.cancel();
+    sweeping_ = false;
     metrics_.set_idle_upstream(0);
 }
 

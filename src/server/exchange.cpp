@@ -232,8 +232,9 @@ awaitable<session::step> session::read_response_head(bool replayable) {
         if (head_.method == bhttp::verb::head) rp.skip(true);
         bool got_some = false;
         // A pipelined request already read keeps the socket readable: such a client cannot be
-        // seen leaving, and is not watched. The watch starts at the worker's next sweep (5 to
-        // 100 ms), so that an upstream that answers sooner costs no watch at all.
+        // seen leaving, and is not watched. The watch starts at the worker's next deadline sweep
+        // (within one tick, at most 100 ms), so that most upstreams that answer sooner cost no
+        // watch at all.
         const bool watch = in_.size() == 0;
         client_left_ = false;
         if (watch) track_.ask_sweep();
