@@ -35,22 +35,35 @@ SERVER=${REDIS_SERVER:-redis-server}
 CLI=${REDIS_CLI:-redis-cli}
 BENCH=${REDIS_BENCHMARK:-redis-benchmark}
 
+# Below Linux's ephemeral range (32768 on), where the benches' own connections take ports.
 free_port() {
     local p
     for _ in $(seq 1 50); do
-        p=$((20000 + RANDOM % 30000))
+        p=$((10000 + RANDOM % 20000))
         if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then echo "$p"; return; fi
     done
     echo "no free port" >&2; exit 1
 }
 
-port=$(free_port)
-"$SERVER" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir /tmp \
-    --loglevel warning --daemonize no >/dev/null &
-server_pid=$!
-trap 'kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null || true' EXIT
+server_pid=
+trap '[[ -z $server_pid ]] || { kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; } || true' EXIT
 cli() { "$CLI" -p "$port" "$@"; }
-for _ in $(seq 1 100); do cli ping >/dev/null 2>&1 && break; sleep 0.05; done
+# A port can still be taken between the check and the bind: start again on another.
+for _ in 1 2 3 4 5; do
+    port=$(free_port)
+    "$SERVER" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir /tmp \
+        --loglevel warning --daemonize no >/dev/null &
+    server_pid=$!
+    for _ in $(seq 1 100); do
+        cli ping >/dev/null 2>&1 && break
+        kill -0 "$server_pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    cli ping >/dev/null 2>&1 && break
+    kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null || true
+    server_pid=
+done
+[[ -n $server_pid ]] || { echo "redis-server did not start" >&2; exit 1; }
 shas=()
 for f in "${scripts[@]}"; do shas+=("$(cli -x script load <"$f")"); done
 

@@ -18,11 +18,18 @@
 --   "@t"       the latest time a commit used: the key's clock never goes back before it
 --   "@e"       the HASH's expiry in ms, as this script last set it
 --   <tier id>  "<last>;<state>", <last> the tier's latest admission, and <state>:
---     fixed, sliding  "<total>|<newest>|<index>:<count>,<index>:<count>,...": <newest> the
---                     count of the bucket of <last> (index floor((last + offset) / bucket),
---                     or the calendar month of last + offset as year * 12 + month - 1), then the
---                     older non-empty buckets oldest first; <total> the sum of every count,
---                     empty when there is no older bucket
+--     fixed, sliding  "<total>|<newest>/<first>": <newest> the count of the bucket of <last>
+--                     (index floor((last + offset) / bucket), or the calendar month of
+--                     last + offset as year * 12 + month - 1), <total> the sum of every count,
+--                     <first> the index of the oldest older bucket; the older non-empty
+--                     buckets, oldest first, are in field "<tier id>|o" as
+--                     "<index>:<count>,<index>:<count>,...", written only when they change
+--                     (most requests fall in the newest bucket: they read and write the head
+--                     alone). Without an older bucket: "|<newest>|" (and "|o" is stale). An
+--                     earlier version kept the older buckets inline, "<total>|<newest>|<index>:
+--                     <count>,...": such a head is read too, and moved on its next commit (an
+--                     earlier script reads a head with "/" as empty, so a fleet half upgraded
+--                     counts from the new heads only where the new script runs)
 --     gcra            "<tat - last>"
 --     log             "<the ZSET's expiry in ms as last set here>" (0: no ZSET); the ZSET
 --                     holds the admitted times: score <ts>, member "<ts>:<seq>", seq from 1
@@ -49,14 +56,17 @@
 -- the nb - 1 before it, and a bucket with index i counts until (i + nb) * bucket - off.
 -- For a calendar month tier, month_of and month_start (below) are passed: a bucket is then
 -- a calendar month of the shifted time (nb is 1).
--- v is the tier's field, t_s and t the key's "@t" as stored and as a number. With `soon`
--- (its min_interval not yet passed) an admissible request reports the quota as it stands,
--- as decide.cpp's check with cost 0 does. Returns ok, remaining, reset, admit_at, then
--- what commit_buckets needs: the total and the newest count a commit leaves, and the older
--- buckets it keeps ("<index>:<count>," each, oldest first); these only if the request is
--- to be committed (admitted, or `always`).
-local function check_buckets(v, t_s, t, at, cost, soon, always, lim, bucket, nb, hz, off, month_of,
-                              month_start)
+-- v is the tier's head field (see the header), t_s and t the key's "@t" as stored and as a
+-- number. The older buckets are read (HGET of "<id>|o" of `hash`) only when the window moved
+-- past the newest bucket or a denial must find when the request fits: most requests touch the
+-- head alone. With `soon` (its min_interval not yet passed) an admissible request reports the
+-- quota as it stands, as decide.cpp's check with cost 0 does. Returns ok, remaining, reset,
+-- admit_at, then what commit_buckets needs if the request is to be committed (admitted, or
+-- `always`): the total and the newest count a commit leaves, the index of the oldest older
+-- bucket, and the older buckets to write ("<index>:<count>," each, oldest first; nil: the
+-- stored ones stand), and last the older field as it was read (nil: not read).
+local function check_buckets(v, hash, id, t_s, t, at, cost, soon, always, lim, bucket, nb, hz, off,
+                              month_of, month_start)
     local sa = at + off  -- in shifted time: a reset is a difference, the same in both
     local cur
     if month_of then
@@ -68,12 +78,17 @@ local function check_buckets(v, t_s, t, at, cost, soon, always, lim, bucket, nb,
     local count = 0
     local first  -- the index of the oldest live bucket (nil: none)
     local newest_live = false  -- the newest stored bucket is cur
-    local nw, tot  -- the stored newest count and total
-    local src, q  -- the live buckets older than cur: in src from index q on
+    local nw, tot  -- the stored newest count and total ('': no older bucket)
+    local src, q  -- the older buckets' list, from q on (nil: not read yet)
+    local read  -- the older field as read
+    local moved  -- the older list must be written: it changed, or leaves a legacy head
     if v then
-        local ls, p, f1
-        ls, tot, nw, p, f1 = string.match(v, '^(%d+);(%d*)|(%d+)|()(%d*)')
+        local ls, sep, p, f1
+        ls, tot, nw, sep, p, f1 = string.match(v, '^(%d+);(%d*)|(%d+)([|/])()(%d*)')
         if ls then
+            if tot ~= '' and sep == '|' then
+                src, q, moved = v, p, true  -- a legacy head: its older buckets inline
+            end
             local newest = t
             if ls ~= t_s then
                 newest = ls + 0
@@ -87,7 +102,6 @@ local function check_buckets(v, t_s, t, at, cost, soon, always, lim, bucket, nb,
             if newest == cur then
                 -- every stored bucket is live (the last commit dropped the others)
                 newest_live = true
-                src, q = v, p
                 if tot == '' then
                     count = nw + 0
                     first = cur
@@ -97,31 +111,36 @@ local function check_buckets(v, t_s, t, at, cost, soon, always, lim, bucket, nb,
                 end
             elseif newest >= oldest then
                 -- drop the older buckets that left the window, oldest first
-                q = p
                 if tot == '' then
                     count = nw + 0
                 else
+                    if not src then
+                        read = redis.call('HGET', hash, id .. '|o') or ''
+                        src, q = read, 1
+                    end
                     local find, sub = string.find, string.sub
                     local dead = 0
                     while true do
-                        local colon = find(v, ':', q, true)
+                        local colon = find(src, ':', q, true)
                         if not colon then
                             break
                         end
-                        local idx = sub(v, q, colon - 1) + 0
+                        local idx = sub(src, q, colon - 1) + 0
                         if idx >= oldest then
                             first = idx
                             break
                         end
-                        local comma = find(v, ',', colon, true)
-                        dead = dead + sub(v, colon + 1, comma - 1)
+                        local comma = find(src, ',', colon, true)
+                        dead = dead + sub(src, colon + 1, comma - 1)
                         q = comma + 1
                     end
                     count = tot - dead
                 end
                 first = first or newest
                 -- the newest becomes an older bucket
-                src, q = string.sub(v, q) .. string.format('%d:%s,', newest, nw), 1
+                src, q, moved = string.sub(src or '', q or 1) .. string.format('%d:%s,', newest, nw), 1, true
+            elseif tot ~= '' then
+                src, q, moved = '', 1, true  -- every bucket left the window
             end
         end
     end
@@ -143,13 +162,16 @@ local function check_buckets(v, t_s, t, at, cost, soon, always, lim, bucket, nb,
         elseif tot == '' then  -- the newest is the only bucket: count is its count
             newest_count, older = count + cost, ''
         else
-            newest_count, older = nw + cost, string.sub(v, q)
+            newest_count = nw + cost
+            if moved then
+                older = string.sub(src, q)
+            end
         end
     end
     local total = newest_count and count + cost
     if ok then
         if soon then
-            return true, remaining, reset, 0, total, newest_count, older
+            return true, remaining, reset, 0, total, newest_count, first, older, read
         end
         if not first and cost > 0 then
             if month_of then
@@ -158,13 +180,22 @@ local function check_buckets(v, t_s, t, at, cost, soon, always, lim, bucket, nb,
                 reset = (cur + nb) * bucket - sa
             end
         end
-        return true, remaining - cost, reset, 0, total, newest_count, older
+        return true, remaining - cost, reset, 0, total, newest_count, first, older, read
     end
 
     -- Denied: drop live buckets oldest first until the request fits; it is admitted once
     -- the last dropped bucket has left the window. A cost above the limit never fits.
     local admit_at = at + hz
     if first then
+        if not src then
+            if tot == '' then
+                src = ''
+            else
+                read = redis.call('HGET', hash, id .. '|o') or ''
+                src = read
+            end
+            q = 1
+        end
         local find, sub = string.find, string.sub
         local freed = 0
         local fits
@@ -193,16 +224,16 @@ local function check_buckets(v, t_s, t, at, cost, soon, always, lim, bucket, nb,
             end
         end
     end
-    return false, remaining, reset, admit_at, total, newest_count, older
+    return false, remaining, reset, admit_at, total, newest_count, first, older, read
 end
 
--- The field of a bucket tier after a commit at `at` (see check_buckets). When `at` falls in
--- the newest bucket, only the head of the field changes.
-local function commit_buckets(at_s, total, newest, older)
-    if older == '' then
+-- The head of a bucket tier after a commit at `at` (see check_buckets): without an older
+-- bucket in the form an older script reads too.
+local function commit_buckets(at_s, total, newest, first, older)
+    if older == '' or not first then
         return string.format('%s;|%d|', at_s, newest)
     end
-    return string.format('%s;%d|%d|', at_s, total, newest) .. older
+    return string.format('%s;%d|%d/%d', at_s, total, newest, first)
 end
 
 -- gcra: one theoretical arrival time `tat` (stored as tat - last); a request of cost c is
@@ -355,8 +386,9 @@ local ERR = 'ERR sluice rate_limit: '
 -- Undo ---------------------------------------------------------------------------------
 -- ARGV[2] == 'undo': take back one identifier's commit (Redis Cluster, when another node
 -- denied the same request). KEYS: its HASH, then its log ZSETs in tier order. ARGV: '',
--- 'undo', cost, "@t" before and after the commit, then per tier: field, value before ('' =
--- none), value the commit wrote, first log sequence number ('' = not a log tier). A field
+-- 'undo', cost, "@t" before and after the commit, then per field the commit wrote (its tiers'
+-- in tier order, then older-bucket fields): field, value before ('' = none), value the commit
+-- wrote, first log sequence number ('' = not a log tier). A field
 -- goes back only if it still holds what the commit wrote (no admission since), and a log
 -- tier's entries (by member) with it; "@t" only if every field did. Returns how many
 -- fields went back.
@@ -477,8 +509,8 @@ end
 -- Parse ARGV -----------------------------------------------------------------------------
 -- A last ARGV of a single letter is a flag (tier ids hold a '/', so none is mistaken):
 --   'u' (one identifier only) asks for the undo record of the commit, after the decision:
---       "@t" before and after, then per tier its field before and after and its first log
---       sequence number (all strings, '' for none);
+--       "@t" before and after, then per field written its name, value before and after and
+--       its first log sequence number (all strings, '' for none): the undo's arguments;
 --   'p' (a policy's count_rejected): a denied request is committed too, and the reply is
 --       the same request checked again on what it left (decide.cpp's count_rejected);
 --   'q' checks only: nothing is written.
@@ -486,7 +518,7 @@ end
 local flag = ARGV[#ARGV]
 local record, always, query = flag == 'u', flag == 'p', flag == 'q'
 local flagged = record or always or query
-local olds
+local olds, xrec
 local cost = ARGV[2]
 if cost == '1' then
     cost = 1
@@ -521,7 +553,7 @@ local allowed, retry_after, out, o
 local a, k  -- the ARGV index of the next tier count, the next KEYS index
 -- what an identifier's commit needs: the last one's here, and with several, each one's in
 -- `pending` (one table per call is spared in the common case of one identifier)
-local hash, at, at_s, e_s, horizon, n, has_log, has_lease, vals, a0
+local hash, at, at_s, e_s, horizon, n, has_log, has_lease, vals, a0, extra
 local pending
 -- Made by the first month tier of a call only: a function of this chunk is built anew on
 -- every call, whether used or not.
@@ -572,9 +604,11 @@ for pass = 1, 2 do
         if not at_s then
             at_s = fmt('%d', at)
         end
-        e_s, horizon, has_log, has_lease = vals[2], 0, false, false
+        e_s, horizon, has_log, has_lease, extra = vals[2], 0, false, false, nil
         if record then
-            olds = { vals[1] or '' }
+            -- "@t", then per tier its field before and (j + n) its first log sequence number;
+            -- xrec: field, before, after of each older-buckets field written
+            olds, xrec = { vals[1] or '' }, {}
             for j = 3, n + 2 do
                 olds[j] = vals[j] or ''
             end
@@ -672,12 +706,25 @@ for pass = 1, 2 do
                     end
                     mo, ms = month_of, month_start
                 end
-                local total, newest, older
-                ok, remaining, reset, admit_at, total, newest, older =
-                    check_buckets(v, t_s, t, at, cost, soon, always, ARGV[a + 2] + 0, bucket, nb, hz, off, mo,
-                                  ms)
+                local id = ARGV[a + 11]
+                local total, newest, first, older, read
+                ok, remaining, reset, admit_at, total, newest, first, older, read =
+                    check_buckets(v, hash, id, t_s, t, at, cost, soon, always, ARGV[a + 2] + 0, bucket, nb, hz,
+                                  off, mo, ms)
                 if total then
-                    value = commit_buckets(at_s, total, newest, older)
+                    value = commit_buckets(at_s, total, newest, first, older)
+                    if older and older ~= '' then
+                        -- the older buckets changed: their field is written with the head
+                        local of = id .. '|o'
+                        extra = extra or {}
+                        extra[#extra + 1] = of
+                        extra[#extra + 1] = older
+                        if record then
+                            xrec[#xrec + 1] = of
+                            xrec[#xrec + 1] = read or call('HGET', hash, of) or ''
+                            xrec[#xrec + 1] = older
+                        end
+                    end
                 end
             elseif algo == 'g' then
                 local T = ARGV[a + 7] + 0
@@ -739,7 +786,7 @@ for pass = 1, 2 do
         end
         a = a + 1
         if pending then
-            pending[i] = { hash, at, at_s, e_s, horizon, n, has_log, has_lease, vals, a0 }
+            pending[i] = { hash, at, at_s, e_s, horizon, n, has_log, has_lease, vals, a0, extra }
         end
     end
     if record then
@@ -767,7 +814,7 @@ for pass = 1, 2 do
 
     for i = 1, nkeys do
         if pending then
-            hash, at, at_s, e_s, horizon, n, has_log, has_lease, vals, a0 = unpack(pending[i])
+            hash, at, at_s, e_s, horizon, n, has_log, has_lease, vals, a0, extra = unpack(pending[i])
         end
         if n > 0 then  -- a key without tiers is not written
             local from = at
@@ -809,9 +856,9 @@ for pass = 1, 2 do
             if not e_s or e_s + 0 < need then
                 e = fmt('%d', need + (horizon - horizon % 8000) / 8000)
             end
-            if not e and n == 1 then
+            if not e and not extra and n == 1 then
                 call('HSET', hash, '@t', at_s, ARGV[a0 + 11], vals[3])
-            elseif not e and n == 2 then
+            elseif not e and not extra and n == 2 then
                 call('HSET', hash, '@t', at_s, ARGV[a0 + 11], vals[3], ARGV[a0 + 22], vals[4])
             else
                 local hset = { '@t', at_s }
@@ -819,9 +866,14 @@ for pass = 1, 2 do
                     hset[2 * j + 1] = ARGV[a0 + 11 * j]
                     hset[2 * j + 2] = vals[j + 2]
                 end
+                if extra then
+                    for x = 1, #extra do
+                        hset[#hset + 1] = extra[x]
+                    end
+                end
                 if e then
-                    hset[2 * n + 3] = '@e'
-                    hset[2 * n + 4] = e
+                    hset[#hset + 1] = '@e'
+                    hset[#hset + 1] = e
                 end
                 call('HSET', hash, unpack(hset))
                 if e then
@@ -840,8 +892,12 @@ if record then
     out[o + 1], out[o + 2] = olds[1], at_s
     o = o + 2
     for j = 3, n + 2 do
-        out[o + 1], out[o + 2], out[o + 3] = olds[j], vals[j], olds[j + n] or ''
-        o = o + 3
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ARGV[a0 + 11 * (j - 2)], olds[j], vals[j], olds[j + n] or ''
+        o = o + 4
+    end
+    for x = 1, #xrec, 3 do
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4] = xrec[x], xrec[x + 1], xrec[x + 2], ''
+        o = o + 4
     end
 end
 return out

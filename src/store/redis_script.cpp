@@ -201,11 +201,11 @@ void build_undo(std::vector<std::string>& argv, std::string_view sha, std::strin
     append_int(argv, cost);
     argv.push_back(u.t_before);
     argv.push_back(u.t_after);
-    for (std::size_t i = 0; i < k.tiers.size() && i < u.tiers.size(); ++i) {
-        argv.push_back(k.tiers[i].id);
-        argv.push_back(u.tiers[i].before);
-        argv.push_back(u.tiers[i].after);
-        argv.push_back(k.tiers[i].algo == config::algorithm::log ? u.tiers[i].log_seq : std::string());
+    for (const auto& f : u.fields) {
+        argv.push_back(f.name);
+        argv.push_back(f.before);
+        argv.push_back(f.after);
+        argv.push_back(f.log_seq);
     }
 }
 
@@ -267,8 +267,11 @@ limit::check_result parse_reply(const redisReply* reply, const limit::check_requ
             e += 3;
         }
     }
-    const std::size_t recorded = undo && res.verdict.allowed ? 2 + 3 * tier_count : 0;
-    if (reply->elements != decided + recorded) return failure("malformed reply: wrong length");
+    // The record: "@t" before and after, then four strings per field (at least one per tier).
+    const bool recorded = undo && res.verdict.allowed;
+    const std::size_t fields = recorded && reply->elements >= decided + 2 ? (reply->elements - decided - 2) / 4 : 0;
+    if (recorded ? reply->elements != decided + 2 + 4 * fields || fields < tier_count : reply->elements != decided)
+        return failure("malformed reply: wrong length");
     if (recorded) {
         if (r.keys.size() != 1) return failure("malformed reply: undo record of several identifiers");
         for (std::size_t i = decided; i < reply->elements; ++i)
@@ -277,9 +280,9 @@ limit::check_result parse_reply(const redisReply* reply, const limit::check_requ
         auto str = [&](std::size_t i) { return std::string(reply->element[i]->str, reply->element[i]->len); };
         undo->t_before = str(decided);
         undo->t_after = str(decided + 1);
-        undo->tiers.clear();
-        for (std::size_t i = decided + 2; i < reply->elements; i += 3)
-            undo->tiers.push_back({str(i), str(i + 1), str(i + 2)});
+        undo->fields.clear();
+        for (std::size_t i = decided + 2; i < reply->elements; i += 4)
+            undo->fields.push_back({str(i), str(i + 1), str(i + 2), str(i + 3)});
     }
     return res;
 }

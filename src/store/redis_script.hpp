@@ -35,11 +35,11 @@ namespace redis_script {
 // node denied the same request). Strings as the script stores them, "" for none.
 struct undo_record {
     struct field {
-        std::string before, after;
+        std::string name, before, after;
         std::string log_seq;  // a log tier: the first sequence number of its new entries
     };
     std::string t_before, t_after;  // the HASH's "@t"
-    std::vector<field> tiers;       // in tier order
+    std::vector<field> fields;      // every tier's in tier order, then those of older buckets
 };
 
 // What a call asks beyond the decision:

@@ -61,16 +61,17 @@ std::uint16_t cluster_port() {
     throw std::runtime_error("no free port pair for a cluster node");
 }
 
-// A tier field's count ("<last>;<total>|<newest>|...": the total, or the newest bucket's
-// count when there is no older one); 0 when the field is absent.
+// A bucket tier's count from its head field ("<last>;<total>|<newest>/<first>", or
+// "<last>;|<newest>|" without an older bucket: the total, or the newest bucket's count);
+// 0 when the field is absent.
 long stored_count(const std::string& hgetall) {
     auto lines = lines_of(hgetall);
     for (std::size_t i = 0; i + 1 < lines.size(); i += 2) {
-        if (lines[i].starts_with("@")) continue;
+        if (lines[i].starts_with("@") || lines[i].ends_with("|o")) continue;
         const auto& v = lines[i + 1];
         const auto semi = v.find(';');
         const auto bar = v.find('|', semi);
-        const auto bar2 = v.find('|', bar + 1);
+        const auto bar2 = v.find_first_of("|/", bar + 1);
         if (semi == std::string::npos || bar == std::string::npos || bar2 == std::string::npos) return -1;
         const auto total = v.substr(semi + 1, bar - semi - 1);
         return std::stol(total.empty() ? v.substr(bar + 1, bar2 - bar - 1) : total);

@@ -1157,7 +1157,8 @@ TEST_CASE("redis_script: an admission's undo record takes it back exactly") {
     auto got = commit(t0, first);
     REQUIRE(got.state == limit::check_result::status::ok);
     REQUIRE(got.verdict.allowed);
-    REQUIRE(first.tiers.size() == tiers.size());
+    REQUIRE(first.fields.size() == tiers.size());  // a new identifier has no older bucket
+    for (std::size_t i = 0; i < tiers.size(); ++i) CHECK(first.fields[i].name == tiers[i].id);
     CHECK(first.t_before.empty());
     CHECK(undo(first) == 4);
     CHECK(contents() == empty);  // a new identifier is gone again (but for "@e")
@@ -1169,7 +1170,7 @@ TEST_CASE("redis_script: an admission's undo record takes it back exactly") {
     got = commit(t0 + 900 * MS, u);
     REQUIRE(got.verdict.allowed);
     CHECK(contents() != before);
-    CHECK(undo(u) == 4);
+    CHECK(undo(u) == static_cast<long long>(u.fields.size()));
     CHECK(contents() == before);
     // The same request is then decided as if the undone one had never been.
     auto again = h.script(r, t0 + 900 * MS);
@@ -1196,7 +1197,61 @@ TEST_CASE("redis_script: an admission's undo record takes it back exactly") {
     got = commit(t0 + 2 * SEC, none);
     REQUIRE(got.state == limit::check_result::status::ok);
     CHECK_FALSE(got.verdict.allowed);
-    CHECK(none.tiers.empty());
+    CHECK(none.fields.empty());
+}
+
+TEST_CASE("redis_script: a bucket tier's older buckets have their own field, written when they change") {
+    redis_server srv;
+    harness h{srv, load_script(srv)};
+    std::vector<limit::tier> tiers{make_tier(algorithm::sliding, 100, 60'000, 6'000)};
+    std::vector<limit::store_key> keys{{'u', digest_of(22), tiers}};
+    limit::check_request r{keys, 1};
+    const auto hash = rs::key_name(h.prefix, keys[0]);
+    const auto head = [&] { return str(srv.cmd({"HGET", hash, tiers[0].id}).get()); };
+    const auto older = [&] { return str(srv.cmd({"HGET", hash, tiers[0].id + "|o"}).get()); };
+    const usec t0 = 1'700'000'000 * SEC;  // in the 6 s bucket 283333333
+    const std::string t0_s = std::to_string(t0);
+    const auto at = [&](usec s) { return std::to_string(t0 + s * SEC); };
+
+    REQUIRE(h.script(r, t0).verdict.allowed);
+    CHECK(head() == t0_s + ";|1|");  // no older bucket: the form earlier scripts read too
+    for (int i = 1; i < 3; ++i) REQUIRE(h.script(r, t0 + i * 6 * SEC).verdict.allowed);
+    CHECK(head() == at(12) + ";3|1/283333333");
+    CHECK(older() == "283333333:1,283333334:1,");
+    // In the newest bucket: the head alone changes.
+    REQUIRE(h.script(r, t0 + 13 * SEC).verdict.allowed);
+    CHECK(head() == at(13) + ";4|2/283333333");
+    CHECK(older() == "283333333:1,283333334:1,");
+
+    // A commit into a new bucket, and its undo: both fields go back.
+    rs::undo_record u;
+    std::vector<std::string> argv;
+    rs::build_call(argv, h.sha, h.prefix, r, t0 + 20 * SEC, rs::call_flag::undo);
+    auto reply = srv.cmd(argv);
+    REQUIRE(rs::parse_reply(reply.get(), r, &u).verdict.allowed);
+    CHECK(head() == at(20) + ";5|1/283333333");
+    CHECK(older() == "283333333:1,283333334:1,283333335:2,");
+    REQUIRE(u.fields.size() == 2);
+    CHECK(u.fields[1].name == tiers[0].id + "|o");
+    argv.clear();
+    rs::build_undo(argv, h.sha, h.prefix, keys[0], r.cost, u);
+    CHECK(srv.cmd(argv)->integer == 2);
+    CHECK(head() == at(13) + ";4|2/283333333");
+    CHECK(older() == "283333333:1,283333334:1,");
+
+    // An earlier version's head, its older buckets inline, is read as such and moved.
+    srv.cmd({"HSET", hash, tiers[0].id, at(13) + ";4|2|283333333:1,283333334:1,"});
+    srv.cmd({"HDEL", hash, tiers[0].id + "|o"});
+    auto got = h.script(r, t0 + 14 * SEC);
+    REQUIRE(got.verdict.allowed);
+    CHECK(got.verdict.tiers[0].remaining == 100 - 5);
+    CHECK(head() == at(14) + ";5|3/283333333");
+    CHECK(older() == "283333333:1,283333334:1,");
+    // 60 s on, the oldest bucket has left the window.
+    got = h.script(r, t0 + 61 * SEC);
+    REQUIRE(got.verdict.allowed);
+    CHECK(got.verdict.tiers[0].remaining == 100 - 5);
+    CHECK(older() == "283333334:1,283333335:3,");
 }
 
 TEST_CASE("redis_script: NOSCRIPT after SCRIPT FLUSH, then reload") {
