@@ -13,12 +13,16 @@
 # identifier holds a steady state: buckets over the last hour (every minute), the last
 # minute (every 6 s) and second (every 100 ms), as a client active for an hour has.
 #
+# With BATCH=m (m > 1) each EVALSHA is the script's batch mode deciding m copies of the
+# call in turn, as the Redis store sends the checks of one event-loop turn; the figures are
+# then per decision (per EVALSHA / m).
+#
 # With several scripts (e.g. the committed one and a candidate), their runs alternate,
 # script by script within each round, so that both see the same machine: on a shared
 # machine, compare scripts in one invocation only.
 #
 # usage: bench/lua_bench.sh [script.lua ...]   env: N (20000), RUNS (5), SCENARIOS (all:
-#        fixed fixed+sliding default gcra log reject), CLIENTS (16), PIPELINE (16)
+#        fixed fixed+sliding default gcra log reject), CLIENTS (16), PIPELINE (16), BATCH (1)
 # needs: redis-server, redis-cli, redis-benchmark on PATH (or REDIS_SERVER, REDIS_CLI,
 #        REDIS_BENCHMARK). The ARGV layout follows the header of lua/rate_limit.lua
 #        (as src/store/redis_script.cpp builds it).
@@ -28,6 +32,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 scripts=("$@")
 [[ ${#scripts[@]} -gt 0 ]] || scripts=("$here/lua/rate_limit.lua")
 N=${N:-20000}
+BATCH=${BATCH:-1}
 RUNS=${RUNS:-5}
 CLIENTS=${CLIENTS:-16}
 PIPELINE=${PIPELINE:-16}
@@ -104,6 +109,16 @@ call() {
         [[ ${t[0]} == l ]] && keys+=("$key:log:${t[10]}")
     done
     CALL=(EVALSHA "$sha" "${#keys[@]}" "${keys[@]}" "${argv[@]}")
+    # RUN: what the benchmark sends (CALL, or BATCH copies of it in one batch call)
+    RUN=("${CALL[@]}")
+    if ((BATCH > 1)); then
+        local -a bkeys=() bargv=("" batch "$BATCH")
+        for _ in $(seq 1 "$BATCH"); do
+            bkeys+=("${keys[@]}")
+            bargv+=(- "${argv[@]:1}")
+        done
+        RUN=(EVALSHA "$sha" "${#bkeys[@]}" "${bkeys[@]}" "${bargv[@]}")
+    fi
 }
 
 warm() {
@@ -130,14 +145,14 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 for s in "${order[@]}"; do
     for sha in "${shas[@]}"; do
         call "$sha" ${scen[$s]}
-        out=$(cli "${CALL[@]}" 2>&1 | head -1)
+        out=$(cli "${RUN[@]}" 2>&1 | head -1)
         [[ $out =~ ^[0-9]+$ ]] || { echo "scenario $s: bad reply: $out" >&2; exit 1; }
     done
 done
 
 for i in "${!scripts[@]}"; do echo "script $i: ${scripts[$i]}"; done
-printf '%-14s %-6s %8s %8s %8s   (N=%d, -c %d -P %d, median of %d runs; µs per EVALSHA)\n' \
-    scenario script evalsha inner rest "$N" "$CLIENTS" "$PIPELINE" "$RUNS"
+printf '%-14s %-6s %8s %8s %8s   (N=%d, -c %d -P %d, BATCH %d, median of %d runs; µs per decision)\n' \
+    scenario script evalsha inner rest "$N" "$CLIENTS" "$PIPELINE" "$BATCH" "$RUNS"
 for s in "${order[@]}"; do
     declare -A per=() inn=()
     for _ in $(seq 1 "$RUNS"); do
@@ -146,9 +161,9 @@ for s in "${order[@]}"; do
             cli flushall >/dev/null
             [[ $s == reject ]] || warm
             cli config resetstat >/dev/null
-            "$BENCH" -p "$port" -n "$N" -c "$CLIENTS" -P "$PIPELINE" -q "${CALL[@]}" >/dev/null
+            "$BENCH" -p "$port" -n "$N" -c "$CLIENTS" -P "$PIPELINE" -q "${RUN[@]}" >/dev/null
             st=$(cli info commandstats | tr -d '\r')
-            calls=$(stat "$st" evalsha calls)
+            calls=$(($(stat "$st" evalsha calls) * BATCH))
             usec=$(stat "$st" evalsha usec)
             inner=$(awk -F'[:,=]' -v c="$calls" '/^cmdstat_/ && $1 != "cmdstat_evalsha" && $1 != "cmdstat_config" \
                      {for (i = 2; i < NF; i += 2) if ($i == "usec") u += $(i+1)} END {printf "%.2f", u / c}' <<<"$st")

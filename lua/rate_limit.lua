@@ -514,26 +514,25 @@ end
 --   'p' (a policy's count_rejected): a denied request is committed too, and the reply is
 --       the same request checked again on what it left (decide.cpp's count_rejected);
 --   'q' checks only: nothing is written.
+-- Batch: with ARGV[2] == 'batch', ARGV[3] requests follow, each as flag ('-' for none, 'p'
+-- or 'q'), cost, number of identifiers, identifiers; KEYS holds their keys in the same order.
+-- Each is decided in turn, as its own call would be right after the one before it (but all
+-- at one reading of TIME), and the reply is the list of their replies. A batch is for one
+-- node: a cluster sends one call per identifier.
 
-local flag = ARGV[#ARGV]
-local record, always, query = flag == 'u', flag == 'p', flag == 'q'
-local flagged = record or always or query
+local batch, nreq, r0  -- r0: the ARGV index of the request's cost
+if ARGV[2] == 'batch' then
+    nreq = tonumber(ARGV[3])
+    if not nreq then
+        return redis.error_reply(ERR .. 'bad batch size')
+    end
+    batch, r0 = {}, 5
+else
+    nreq, r0 = 1, 2
+end
+local record, always, query, flagged
 local olds, xrec
-local cost = ARGV[2]
-if cost == '1' then
-    cost = 1
-else
-    cost = tonumber(cost)
-end
-local nkeys = ARGV[3]
-if nkeys == '1' then
-    nkeys = 1
-else
-    nkeys = tonumber(nkeys)
-end
-if not cost or not nkeys then
-    return redis.error_reply(ERR .. 'bad cost or key count')
-end
+local cost, nkeys
 
 local tm = call('TIME')
 local clock = tm[1] * 1000000 + tm[2]
@@ -551,6 +550,7 @@ end
 -- Pass 2 runs only for a request counted though refused: the same checks on what it left.
 local allowed, retry_after, out, o
 local a, k  -- the ARGV index of the next tier count, the next KEYS index
+local k0 = 1  -- the request's first KEYS index
 -- what an identifier's commit needs: the last one's here, and with several, each one's in
 -- `pending` (one table per call is spared in the common case of one identifier)
 local hash, at, at_s, e_s, horizon, n, has_log, has_lease, vals, a0, extra
@@ -558,346 +558,385 @@ local pending
 -- Made by the first month tier of a call only: a function of this chunk is built anew on
 -- every call, whether used or not.
 local month_of, month_start
-for pass = 1, 2 do
-    allowed, retry_after = 1, 0
-    out = { 0, 0, nil, nil, nil, nil, nil, nil, nil, nil, nil }
-    o = 2  -- the reply's last index written
-    a, k = 4, 1
-    if nkeys > 1 then
-        pending = {}
+for req = 1, nreq do
+    local flag
+    if batch then
+        flag = ARGV[r0 - 1]
+        if flag == 'u' or not (flag == '-' or flag == 'p' or flag == 'q') then
+            return redis.error_reply(ERR .. 'bad flag in a batch')
+        end
+    else
+        flag = ARGV[#ARGV]
     end
-    for i = 1, nkeys do
-        a0, n = a, ARGV[a]
-        if n == '1' then
-            n = 1
-        elseif n == '2' then
-            n = 2
+    record, always, query = flag == 'u', flag == 'p', flag == 'q'
+    flagged = record or always or query
+    cost = ARGV[r0]
+    if cost == '1' then
+        cost = 1
+    else
+        cost = tonumber(cost)
+    end
+    nkeys = ARGV[r0 + 1]
+    if nkeys == '1' then
+        nkeys = 1
+    else
+        nkeys = tonumber(nkeys)
+    end
+    if not cost or not nkeys then
+        return redis.error_reply(ERR .. 'bad cost or key count')
+    end
+
+    for pass = 1, 2 do
+        allowed, retry_after = 1, 0
+        out = { 0, 0, nil, nil, nil, nil, nil, nil, nil, nil, nil }
+        o = 2  -- the reply's last index written
+        a, k = r0 + 2, k0
+        if nkeys > 1 then
+            pending = {}
         else
-            n = tonumber(n)
+            pending = nil
         end
-        hash = KEYS[k]
-        if not n or not hash or not ARGV[a + 11 * n] then
-            return redis.error_reply(ERR .. 'bad tier count')
-        end
-        k = k + 1
-        if n == 1 then
-            vals = call('HMGET', hash, '@t', '@e', ARGV[a + 11])
-        elseif n == 2 then
-            vals = call('HMGET', hash, '@t', '@e', ARGV[a + 11], ARGV[a + 22])
-        else
-            local fields = { '@t', '@e' }
-            for j = 1, n do
-                fields[j + 2] = ARGV[a + 11 * j]
-            end
-            vals = call('HMGET', hash, unpack(fields))
-        end
-        -- the key's clock never goes back before its "@t"
-        local t_s = vals[1]
-        local t
-        at, at_s = now, nil
-        if t_s then
-            t = t_s + 0
-            if t >= at then
-                at, at_s = t, t_s
-            end
-        end
-        if not at_s then
-            at_s = fmt('%d', at)
-        end
-        e_s, horizon, has_log, has_lease, extra = vals[2], 0, false, false, nil
-        if record then
-            -- "@t", then per tier its field before and (j + n) its first log sequence number;
-            -- xrec: field, before, after of each older-buckets field written
-            olds, xrec = { vals[1] or '' }, {}
-            for j = 3, n + 2 do
-                olds[j] = vals[j] or ''
-            end
-        end
-
-        for j = 3, n + 2 do
-            local algo = ARGV[a + 1]
-            local hz = ARGV[a + 10] + 0
-            if hz > horizon then
-                horizon = hz
-            end
-            local v = vals[j]
-            -- check min_interval: `soon` until interval_ok_at, min_interval after the tier's
-            -- last admission (its field's <last>, most often "@t")
-            local mi = ARGV[a + 9]
-            local soon, interval_ok_at = false, 0
-            if v and mi ~= '0' then
-                mi = mi + 0
-                local last = match(v, '^%d+')
-                if last == t_s then
-                    last = t
-                else
-                    last = last + 0
-                end
-                soon = mi > 0 and at - last < mi
-                interval_ok_at = last + mi
-            end
-
-            local ok, remaining, reset, admit_at, value
-            if algo == 'f' or algo == 's' or algo == 'm' then
-                local bucket = ARGV[a + 4] + 0
-                if not (bucket > 0) then
-                    return redis.error_reply(ERR .. 'bad bucket')
-                end
-                local nb = ARGV[a + 5]
-                if nb == '1' then
-                    nb = 1
-                else
-                    nb = nb + 0
-                end
-                local off = 0
-                if algo ~= 's' then
-                    off = ARGV[a + 6]
-                    if off == '0' then
-                        off = 0
-                    else
-                        off = off + 0
-                    end
-                end
-                local mo, ms  -- a month tier's calendar
-                if algo == 'm' then
-                    if not month_of then
-                        -- Calendar months (proleptic Gregorian, UTC), from days since
-                        -- 1970-01-01 by the civil-date arithmetic of Howard Hinnant's
-                        -- public-domain algorithms (decide.cpp uses std::chrono; the
-                        -- differential test compares the two): the month holding µs time s
-                        -- as year * 12 + month - 1, and the µs time month index i starts.
-                        -- Lua's doubles keep this exact for years 1700 to 2255 (checked
-                        -- against a calendar); clock times are far inside.
-                        month_of = function(s)
-                            local z = (s - s % 86400000000) / 86400000000 + 719468
-                            local era = (z - z % 146097) / 146097
-                            local doe = z - era * 146097
-                            local yoe = doe - (doe - doe % 1460) / 1460 + (doe - doe % 36524) / 36524
-                            yoe = yoe - (doe - doe % 146096) / 146096
-                            yoe = (yoe - yoe % 365) / 365
-                            local doy = doe - (365 * yoe + (yoe - yoe % 4) / 4 - (yoe - yoe % 100) / 100)
-                            local mp = 5 * doy + 2
-                            mp = (mp - mp % 153) / 153  -- months since March
-                            local y = yoe + era * 400
-                            if mp >= 10 then
-                                -- January and February end the March-based year
-                                return (y + 1) * 12 + mp - 10
-                            end
-                            return y * 12 + mp + 2
-                        end
-
-                        month_start = function(i)
-                            local m = i % 12  -- 0: January
-                            local y = (i - m) / 12
-                            local mp  -- months since March
-                            if m >= 2 then
-                                mp = m - 2
-                            else
-                                mp = m + 10
-                                y = y - 1
-                            end
-                            local era = (y - y % 400) / 400
-                            local yoe = y - era * 400
-                            local doy = 153 * mp + 2
-                            doy = (doy - doy % 5) / 5
-                            local doe = yoe * 365 + (yoe - yoe % 4) / 4 - (yoe - yoe % 100) / 100 + doy
-                            return (era * 146097 + doe - 719468) * 86400000000
-                        end
-                    end
-                    mo, ms = month_of, month_start
-                end
-                local id = ARGV[a + 11]
-                local total, newest, first, older, read
-                ok, remaining, reset, admit_at, total, newest, first, older, read =
-                    check_buckets(v, hash, id, t_s, t, at, cost, soon, always, ARGV[a + 2] + 0, bucket, nb, hz,
-                                  off, mo, ms)
-                if total then
-                    value = commit_buckets(at_s, total, newest, first, older)
-                    if older and older ~= '' then
-                        -- the older buckets changed: their field is written with the head
-                        local of = id .. '|o'
-                        extra = extra or {}
-                        extra[#extra + 1] = of
-                        extra[#extra + 1] = older
-                        if record then
-                            xrec[#xrec + 1] = of
-                            xrec[#xrec + 1] = read or call('HGET', hash, of) or ''
-                            xrec[#xrec + 1] = older
-                        end
-                    end
-                end
-            elseif algo == 'g' then
-                local T = ARGV[a + 7] + 0
-                if not (T > 0) then
-                    return redis.error_reply(ERR .. 'bad interval')
-                end
-                local tat
-                ok, remaining, reset, admit_at, tat = check_gcra(v, t_s, t, at, cost, soon, T, ARGV[a + 8] + 0)
-                if (ok and not soon) or always then
-                    value = fmt('%s;%d', at_s, tat - at)  -- commit_gcra
-                    if tat - at > horizon then
-                        horizon = tat - at  -- counted past its tolerance: the state matters until tat
-                    end
-                end
-            elseif algo == 'l' then
-                local zset = KEYS[k]
-                if not zset then
-                    return redis.error_reply(ERR .. 'missing log key')
-                end
-                k = k + 1
-                has_log = true
-                local per = ARGV[a + 3] + 0
-                local count
-                ok, remaining, reset, admit_at, count = check_log(zset, at, cost, soon, ARGV[a + 2] + 0, per, hz)
-                if (ok and not soon) or always then
-                    value = { zset, v, count, per, hz }  -- for commit_log
-                end
-            elseif algo == 'c' then
-                local kept
-                ok, remaining, kept = check_concurrency(v, at, ARGV[a + 2] + 0, ARGV[a + 6])
-                reset, admit_at = 0, 0  -- when a slot frees is unknown
-                has_lease = true
-                value = { kept }  -- the commit adds this request's lease if it is admitted
+        for i = 1, nkeys do
+            a0, n = a, ARGV[a]
+            if n == '1' then
+                n = 1
+            elseif n == '2' then
+                n = 2
             else
-                return redis.error_reply(ERR .. 'bad algorithm')
+                n = tonumber(n)
             end
-            if soon then
-                -- both constraints only loosen as time passes: the later instant meets both
-                if interval_ok_at > admit_at then
-                    admit_at = interval_ok_at
-                end
-                ok = false
+            hash = KEYS[k]
+            if not n or not hash or not ARGV[a + 11 * n] then
+                return redis.error_reply(ERR .. 'bad tier count')
             end
-
-            out[o + 1] = remaining
-            out[o + 2] = reset + (at - now)
-            if ok then
-                out[o + 3] = 1
+            k = k + 1
+            if n == 1 then
+                vals = call('HMGET', hash, '@t', '@e', ARGV[a + 11])
+            elseif n == 2 then
+                vals = call('HMGET', hash, '@t', '@e', ARGV[a + 11], ARGV[a + 22])
             else
-                out[o + 3] = 0
-                allowed = 0
-                if admit_at - now > retry_after then
-                    retry_after = admit_at - now
-                end
-            end
-            o = o + 3
-            vals[j] = value
-            a = a + 11
-        end
-        a = a + 1
-        if pending then
-            pending[i] = { hash, at, at_s, e_s, horizon, n, has_log, has_lease, vals, a0, extra }
-        end
-    end
-    if record then
-        if nkeys ~= 1 then
-            return redis.error_reply(ERR .. 'an undo record is for one identifier')
-        end
-    end
-    if flagged then
-        a = a + 1
-    end
-    if a - 1 ~= #ARGV or k - 1 ~= #KEYS then
-        return redis.error_reply(ERR .. 'argument count mismatch')
-    end
-    out[1] = allowed
-    out[2] = retry_after
-    if query or pass == 2 or (allowed == 0 and not always) then
-        return out  -- a denial writes nothing (but under count_rejected), a query never
-    end
-
-    -- Commit each identifier -------------------------------------------------------------------
-    -- vals[j + 2] holds tier j's new field (a log tier: commit_log's arguments); a0 is the
-    -- ARGV index of the identifier's tier count. Each key then lives `horizon` (its longest)
-    -- past max(at, clock): its expiry (ms) only grows, and when it must, with horizon / 8 of
-    -- slack, so that a busy key is not extended on every request; "@e" remembers it.
-
-    for i = 1, nkeys do
-        if pending then
-            hash, at, at_s, e_s, horizon, n, has_log, has_lease, vals, a0, extra = unpack(pending[i])
-        end
-        if n > 0 then  -- a key without tiers is not written
-            local from = at
-            if clock > from then
-                from = clock
-            end
-            if has_log then
-                -- An undo puts "@t" back: entries still live at the key's old clock must stay.
-                local drop = at
-                if record then
-                    drop = tonumber(olds[1]) or 0
-                end
-                for j = 3, n + 2 do
-                    if ARGV[a0 + 11 * j - 32] == 'l' then
-                        local c = vals[j]
-                        local seq
-                        vals[j], seq = commit_log(c[1], c[2], c[3], c[4], c[5], at, at_s, from, cost, drop)
-                        if record then
-                            olds[j + n] = fmt('%d', seq)
-                        end
-                    end
-                end
-            end
-            if has_lease then
-                -- tier j's ARGV: its algorithm at a0 + 11j - 32, per (the lease) at - 30, lease id at - 27
-                for j = 3, n + 2 do
-                    if ARGV[a0 + 11 * j - 32] == 'c' then
-                        local v, lease = fmt('%s;%s', at_s, vals[j][1]), ARGV[a0 + 11 * j - 27]
-                        if allowed == 1 and lease ~= '0' then
-                            v = v .. fmt('%s:%d,', lease, at + ARGV[a0 + 11 * j - 30])
-                        end
-                        vals[j] = v
-                    end
-                end
-            end
-            local e  -- a new "@e" (nil: the TTL is long enough)
-            local need = from + horizon + 999
-            need = (need - need % 1000) / 1000
-            if not e_s or e_s + 0 < need then
-                e = fmt('%d', need + (horizon - horizon % 8000) / 8000)
-            end
-            if not e and not extra and n == 1 then
-                call('HSET', hash, '@t', at_s, ARGV[a0 + 11], vals[3])
-            elseif not e and not extra and n == 2 then
-                call('HSET', hash, '@t', at_s, ARGV[a0 + 11], vals[3], ARGV[a0 + 22], vals[4])
-            else
-                local hset = { '@t', at_s }
+                local fields = { '@t', '@e' }
                 for j = 1, n do
-                    hset[2 * j + 1] = ARGV[a0 + 11 * j]
-                    hset[2 * j + 2] = vals[j + 2]
+                    fields[j + 2] = ARGV[a + 11 * j]
                 end
-                if extra then
-                    for x = 1, #extra do
-                        hset[#hset + 1] = extra[x]
+                vals = call('HMGET', hash, unpack(fields))
+            end
+            -- the key's clock never goes back before its "@t"
+            local t_s = vals[1]
+            local t
+            at, at_s = now, nil
+            if t_s then
+                t = t_s + 0
+                if t >= at then
+                    at, at_s = t, t_s
+                end
+            end
+            if not at_s then
+                at_s = fmt('%d', at)
+            end
+            e_s, horizon, has_log, has_lease, extra = vals[2], 0, false, false, nil
+            if record then
+                -- "@t", then per tier its field before and (j + n) its first log sequence number;
+                -- xrec: field, before, after of each older-buckets field written
+                olds, xrec = { vals[1] or '' }, {}
+                for j = 3, n + 2 do
+                    olds[j] = vals[j] or ''
+                end
+            end
+
+            for j = 3, n + 2 do
+                local algo = ARGV[a + 1]
+                local hz = ARGV[a + 10] + 0
+                if hz > horizon then
+                    horizon = hz
+                end
+                local v = vals[j]
+                -- check min_interval: `soon` until interval_ok_at, min_interval after the tier's
+                -- last admission (its field's <last>, most often "@t")
+                local mi = ARGV[a + 9]
+                local soon, interval_ok_at = false, 0
+                if v and mi ~= '0' then
+                    mi = mi + 0
+                    local last = match(v, '^%d+')
+                    if last == t_s then
+                        last = t
+                    else
+                        last = last + 0
+                    end
+                    soon = mi > 0 and at - last < mi
+                    interval_ok_at = last + mi
+                end
+
+                local ok, remaining, reset, admit_at, value
+                if algo == 'f' or algo == 's' or algo == 'm' then
+                    local bucket = ARGV[a + 4] + 0
+                    if not (bucket > 0) then
+                        return redis.error_reply(ERR .. 'bad bucket')
+                    end
+                    local nb = ARGV[a + 5]
+                    if nb == '1' then
+                        nb = 1
+                    else
+                        nb = nb + 0
+                    end
+                    local off = 0
+                    if algo ~= 's' then
+                        off = ARGV[a + 6]
+                        if off == '0' then
+                            off = 0
+                        else
+                            off = off + 0
+                        end
+                    end
+                    local mo, ms  -- a month tier's calendar
+                    if algo == 'm' then
+                        if not month_of then
+                            -- Calendar months (proleptic Gregorian, UTC), from days since
+                            -- 1970-01-01 by the civil-date arithmetic of Howard Hinnant's
+                            -- public-domain algorithms (decide.cpp uses std::chrono; the
+                            -- differential test compares the two): the month holding µs time s
+                            -- as year * 12 + month - 1, and the µs time month index i starts.
+                            -- Lua's doubles keep this exact for years 1700 to 2255 (checked
+                            -- against a calendar); clock times are far inside.
+                            month_of = function(s)
+                                local z = (s - s % 86400000000) / 86400000000 + 719468
+                                local era = (z - z % 146097) / 146097
+                                local doe = z - era * 146097
+                                local yoe = doe - (doe - doe % 1460) / 1460 + (doe - doe % 36524) / 36524
+                                yoe = yoe - (doe - doe % 146096) / 146096
+                                yoe = (yoe - yoe % 365) / 365
+                                local doy = doe - (365 * yoe + (yoe - yoe % 4) / 4 - (yoe - yoe % 100) / 100)
+                                local mp = 5 * doy + 2
+                                mp = (mp - mp % 153) / 153  -- months since March
+                                local y = yoe + era * 400
+                                if mp >= 10 then
+                                    -- January and February end the March-based year
+                                    return (y + 1) * 12 + mp - 10
+                                end
+                                return y * 12 + mp + 2
+                            end
+
+                            month_start = function(i)
+                                local m = i % 12  -- 0: January
+                                local y = (i - m) / 12
+                                local mp  -- months since March
+                                if m >= 2 then
+                                    mp = m - 2
+                                else
+                                    mp = m + 10
+                                    y = y - 1
+                                end
+                                local era = (y - y % 400) / 400
+                                local yoe = y - era * 400
+                                local doy = 153 * mp + 2
+                                doy = (doy - doy % 5) / 5
+                                local doe = yoe * 365 + (yoe - yoe % 4) / 4 - (yoe - yoe % 100) / 100 + doy
+                                return (era * 146097 + doe - 719468) * 86400000000
+                            end
+                        end
+                        mo, ms = month_of, month_start
+                    end
+                    local id = ARGV[a + 11]
+                    local total, newest, first, older, read
+                    ok, remaining, reset, admit_at, total, newest, first, older, read =
+                        check_buckets(v, hash, id, t_s, t, at, cost, soon, always, ARGV[a + 2] + 0, bucket, nb, hz,
+                                      off, mo, ms)
+                    if total then
+                        value = commit_buckets(at_s, total, newest, first, older)
+                        if older and older ~= '' then
+                            -- the older buckets changed: their field is written with the head
+                            local of = id .. '|o'
+                            extra = extra or {}
+                            extra[#extra + 1] = of
+                            extra[#extra + 1] = older
+                            if record then
+                                xrec[#xrec + 1] = of
+                                xrec[#xrec + 1] = read or call('HGET', hash, of) or ''
+                                xrec[#xrec + 1] = older
+                            end
+                        end
+                    end
+                elseif algo == 'g' then
+                    local T = ARGV[a + 7] + 0
+                    if not (T > 0) then
+                        return redis.error_reply(ERR .. 'bad interval')
+                    end
+                    local tat
+                    ok, remaining, reset, admit_at, tat = check_gcra(v, t_s, t, at, cost, soon, T, ARGV[a + 8] + 0)
+                    if (ok and not soon) or always then
+                        value = fmt('%s;%d', at_s, tat - at)  -- commit_gcra
+                        if tat - at > horizon then
+                            horizon = tat - at  -- counted past its tolerance: the state matters until tat
+                        end
+                    end
+                elseif algo == 'l' then
+                    local zset = KEYS[k]
+                    if not zset then
+                        return redis.error_reply(ERR .. 'missing log key')
+                    end
+                    k = k + 1
+                    has_log = true
+                    local per = ARGV[a + 3] + 0
+                    local count
+                    ok, remaining, reset, admit_at, count = check_log(zset, at, cost, soon, ARGV[a + 2] + 0, per, hz)
+                    if (ok and not soon) or always then
+                        value = { zset, v, count, per, hz }  -- for commit_log
+                    end
+                elseif algo == 'c' then
+                    local kept
+                    ok, remaining, kept = check_concurrency(v, at, ARGV[a + 2] + 0, ARGV[a + 6])
+                    reset, admit_at = 0, 0  -- when a slot frees is unknown
+                    has_lease = true
+                    value = { kept }  -- the commit adds this request's lease if it is admitted
+                else
+                    return redis.error_reply(ERR .. 'bad algorithm')
+                end
+                if soon then
+                    -- both constraints only loosen as time passes: the later instant meets both
+                    if interval_ok_at > admit_at then
+                        admit_at = interval_ok_at
+                    end
+                    ok = false
+                end
+
+                out[o + 1] = remaining
+                out[o + 2] = reset + (at - now)
+                if ok then
+                    out[o + 3] = 1
+                else
+                    out[o + 3] = 0
+                    allowed = 0
+                    if admit_at - now > retry_after then
+                        retry_after = admit_at - now
                     end
                 end
-                if e then
-                    hset[#hset + 1] = '@e'
-                    hset[#hset + 1] = e
+                o = o + 3
+                vals[j] = value
+                a = a + 11
+            end
+            a = a + 1
+            if pending then
+                pending[i] = { hash, at, at_s, e_s, horizon, n, has_log, has_lease, vals, a0, extra }
+            end
+        end
+        if record then
+            if nkeys ~= 1 then
+                return redis.error_reply(ERR .. 'an undo record is for one identifier')
+            end
+        end
+        if flagged and not batch then
+            a = a + 1
+        end
+        if not batch and (a - 1 ~= #ARGV or k - 1 ~= #KEYS) then
+            return redis.error_reply(ERR .. 'argument count mismatch')
+        end
+        out[1] = allowed
+        out[2] = retry_after
+        if query or pass == 2 or (allowed == 0 and not always) then
+            break  -- a denial writes nothing (but under count_rejected), a query never
+        end
+
+        -- Commit each identifier -------------------------------------------------------------------
+        -- vals[j + 2] holds tier j's new field (a log tier: commit_log's arguments); a0 is the
+        -- ARGV index of the identifier's tier count. Each key then lives `horizon` (its longest)
+        -- past max(at, clock): its expiry (ms) only grows, and when it must, with horizon / 8 of
+        -- slack, so that a busy key is not extended on every request; "@e" remembers it.
+
+        for i = 1, nkeys do
+            if pending then
+                hash, at, at_s, e_s, horizon, n, has_log, has_lease, vals, a0, extra = unpack(pending[i])
+            end
+            if n > 0 then  -- a key without tiers is not written
+                local from = at
+                if clock > from then
+                    from = clock
                 end
-                call('HSET', hash, unpack(hset))
-                if e then
-                    call('PEXPIREAT', hash, e)  -- after HSET, which may have made the HASH
+                if has_log then
+                    -- An undo puts "@t" back: entries still live at the key's old clock must stay.
+                    local drop = at
+                    if record then
+                        drop = tonumber(olds[1]) or 0
+                    end
+                    for j = 3, n + 2 do
+                        if ARGV[a0 + 11 * j - 32] == 'l' then
+                            local c = vals[j]
+                            local seq
+                            vals[j], seq = commit_log(c[1], c[2], c[3], c[4], c[5], at, at_s, from, cost, drop)
+                            if record then
+                                olds[j + n] = fmt('%d', seq)
+                            end
+                        end
+                    end
+                end
+                if has_lease then
+                    -- tier j's ARGV: its algorithm at a0 + 11j - 32, per (the lease) at - 30, lease id at - 27
+                    for j = 3, n + 2 do
+                        if ARGV[a0 + 11 * j - 32] == 'c' then
+                            local v, lease = fmt('%s;%s', at_s, vals[j][1]), ARGV[a0 + 11 * j - 27]
+                            if allowed == 1 and lease ~= '0' then
+                                v = v .. fmt('%s:%d,', lease, at + ARGV[a0 + 11 * j - 30])
+                            end
+                            vals[j] = v
+                        end
+                    end
+                end
+                local e  -- a new "@e" (nil: the TTL is long enough)
+                local need = from + horizon + 999
+                need = (need - need % 1000) / 1000
+                if not e_s or e_s + 0 < need then
+                    e = fmt('%d', need + (horizon - horizon % 8000) / 8000)
+                end
+                if not e and not extra and n == 1 then
+                    call('HSET', hash, '@t', at_s, ARGV[a0 + 11], vals[3])
+                elseif not e and not extra and n == 2 then
+                    call('HSET', hash, '@t', at_s, ARGV[a0 + 11], vals[3], ARGV[a0 + 22], vals[4])
+                else
+                    local hset = { '@t', at_s }
+                    for j = 1, n do
+                        hset[2 * j + 1] = ARGV[a0 + 11 * j]
+                        hset[2 * j + 2] = vals[j + 2]
+                    end
+                    if extra then
+                        for x = 1, #extra do
+                            hset[#hset + 1] = extra[x]
+                        end
+                    end
+                    if e then
+                        hset[#hset + 1] = '@e'
+                        hset[#hset + 1] = e
+                    end
+                    call('HSET', hash, unpack(hset))
+                    if e then
+                        call('PEXPIREAT', hash, e)  -- after HSET, which may have made the HASH
+                    end
                 end
             end
         end
+        if allowed == 1 then
+            break
+        end
+        always = false  -- pass 2 only checks
     end
-    if allowed == 1 then
-        break
+    if record and allowed == 1 then
+        o = #out
+        out[o + 1], out[o + 2] = olds[1], at_s
+        o = o + 2
+        for j = 3, n + 2 do
+            out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ARGV[a0 + 11 * (j - 2)], olds[j], vals[j], olds[j + n] or ''
+            o = o + 4
+        end
+        for x = 1, #xrec, 3 do
+            out[o + 1], out[o + 2], out[o + 3], out[o + 4] = xrec[x], xrec[x + 1], xrec[x + 2], ''
+            o = o + 4
+        end
     end
-    always = false  -- pass 2 only checks
+    if not batch then
+        return out
+    end
+    batch[req] = out
+    r0, k0 = a + 1, k
 end
-if record then
-    o = #out
-    out[o + 1], out[o + 2] = olds[1], at_s
-    o = o + 2
-    for j = 3, n + 2 do
-        out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ARGV[a0 + 11 * (j - 2)], olds[j], vals[j], olds[j + n] or ''
-        o = o + 4
-    end
-    for x = 1, #xrec, 3 do
-        out[o + 1], out[o + 2], out[o + 3], out[o + 4] = xrec[x], xrec[x + 1], xrec[x + 2], ''
-        o = o + 4
-    end
+if r0 - 2 ~= #ARGV or k0 - 1 ~= #KEYS then
+    return redis.error_reply(ERR .. 'argument count mismatch')
 end
-return out
+return batch

@@ -96,6 +96,9 @@ void registry::add_redis(std::vector<const redis_counters*> stores, std::functio
         add("sluice_redis_writes_total",
             "Socket writes to Redis; commands_total / writes_total is the pipelining factor.", MetricType::Counter,
             sum(&rc::writes));
+        add("sluice_redis_checks_total",
+            "Rate-limit checks sent to one Redis node; checks_total / commands_total is the checks per EVALSHA.",
+            MetricType::Counter, sum(&rc::checks));
         add("sluice_redis_deny_cache_hits_total", "Requests answered 429 by a worker's local deny cache.",
             MetricType::Counter, sum(&rc::deny_cache_hits));
         add("sluice_redis_deny_cache_entries", "Entries in the local deny caches.", MetricType::Gauge,

@@ -101,6 +101,7 @@ private:
 struct redis_counters {
     cell writes;            // socket writes (each one batch)
     cell commands;          // commands written (commands / writes = batching)
+    cell checks;            // checks sent to one node (several per EVALSHA when batched)
     cell deny_cache_hits;   // checks answered 429 by the local deny cache
     cell deny_cache_size;   // entries in the deny cache (a gauge)
     cell timeouts;          // calls that reached their deadline

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <utility>
 
 namespace sluice::store::redis_script {
 
@@ -113,9 +114,9 @@ struct resp_sink {
     }
 };
 
-template <class Sink>
-void emit_call(Sink& out, std::string_view sha, std::string_view key_prefix, const limit::check_request& r,
-               std::optional<limit::usec> now_override, call_flag flag) {
+// How many KEYS a request has (its HASHes and log ZSETs), and how many ARGV its part takes:
+// cost, number of identifiers, then per identifier its tier count and 11 per tier.
+std::pair<std::size_t, std::size_t> call_size(const limit::check_request& r) {
     std::size_t numkeys = 0, tiers = 0;
     for (const auto& k : r.keys) {
         numkeys += 1 + static_cast<std::size_t>(std::count_if(k.tiers.begin(), k.tiers.end(), [](const limit::tier& t) {
@@ -123,25 +124,28 @@ void emit_call(Sink& out, std::string_view sha, std::string_view key_prefix, con
                    }));
         tiers += k.tiers.size();
     }
-    std::string_view flag_arg;
-    switch (flag) {
-        case call_flag::none: flag_arg = r.count_rejected ? "p" : ""; break;
-        case call_flag::undo: flag_arg = "u"; break;
-        case call_flag::query: flag_arg = "q"; break;
-    }
-    out.count(3 + numkeys + 3 + r.keys.size() + 11 * tiers + (flag_arg.empty() ? 0 : 1));
-    out.arg("EVALSHA");
-    out.arg(sha);
-    out.number(static_cast<std::int64_t>(numkeys));
+    return {numkeys, 2 + r.keys.size() + 11 * tiers};
+}
+
+template <class Sink>
+void emit_keys(Sink& out, std::string_view key_prefix, const limit::check_request& r) {
     for (const auto& k : r.keys) {
         out.arg(key_name(key_prefix, k));
         for (const auto& t : k.tiers)
             if (t.algo == config::algorithm::log) out.arg(log_key_name(key_prefix, k, t));
     }
+}
+
+template <class Sink>
+void emit_time(Sink& out, std::optional<limit::usec> now_override) {
     if (now_override)
         out.number(*now_override);
     else
         out.arg("");  // ARGV[1]: the script reads TIME
+}
+
+template <class Sink>
+void emit_request(Sink& out, const limit::check_request& r) {
     out.number(r.cost);
     out.number(static_cast<std::int64_t>(r.keys.size()));
     for (const auto& k : r.keys) {
@@ -165,7 +169,49 @@ void emit_call(Sink& out, std::string_view sha, std::string_view key_prefix, con
             out.arg(t.id);
         }
     }
+}
+
+template <class Sink>
+void emit_call(Sink& out, std::string_view sha, std::string_view key_prefix, const limit::check_request& r,
+               std::optional<limit::usec> now_override, call_flag flag) {
+    const auto [numkeys, args] = call_size(r);
+    std::string_view flag_arg;
+    switch (flag) {
+        case call_flag::none: flag_arg = r.count_rejected ? "p" : ""; break;
+        case call_flag::undo: flag_arg = "u"; break;
+        case call_flag::query: flag_arg = "q"; break;
+    }
+    out.count(3 + numkeys + 1 + args + (flag_arg.empty() ? 0 : 1));
+    out.arg("EVALSHA");
+    out.arg(sha);
+    out.number(static_cast<std::int64_t>(numkeys));
+    emit_keys(out, key_prefix, r);
+    emit_time(out, now_override);
+    emit_request(out, r);
     if (!flag_arg.empty()) out.arg(flag_arg);
+}
+
+template <class Sink>
+void emit_batch(Sink& out, std::string_view sha, std::string_view key_prefix,
+                std::span<const limit::check_request* const> rs, std::optional<limit::usec> now_override) {
+    std::size_t numkeys = 0, args = 0;
+    for (const auto* r : rs) {
+        const auto [keys, n] = call_size(*r);
+        numkeys += keys;
+        args += 1 + n;  // its flag, then its part
+    }
+    out.count(3 + numkeys + 3 + args);
+    out.arg("EVALSHA");
+    out.arg(sha);
+    out.number(static_cast<std::int64_t>(numkeys));
+    for (const auto* r : rs) emit_keys(out, key_prefix, *r);
+    emit_time(out, now_override);
+    out.arg("batch");
+    out.number(static_cast<std::int64_t>(rs.size()));
+    for (const auto* r : rs) {
+        out.arg(r->count_rejected ? "p" : "-");
+        emit_request(out, *r);
+    }
 }
 
 }  // namespace
@@ -183,6 +229,21 @@ std::string format_call(std::string_view sha, std::string_view key_prefix, const
     resp_sink out{text};
     emit_call(out, sha, key_prefix, r, now_override, flag);
     return text;
+}
+
+std::string format_batch(std::string_view sha, std::string_view key_prefix,
+                         std::span<const limit::check_request* const> rs, std::optional<limit::usec> now_override) {
+    std::string text;
+    text.reserve(256 + 384 * rs.size());
+    resp_sink out{text};
+    emit_batch(out, sha, key_prefix, rs, now_override);
+    return text;
+}
+
+void build_batch(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
+                 std::span<const limit::check_request* const> rs, std::optional<limit::usec> now_override) {
+    argv_sink out{argv};
+    emit_batch(out, sha, key_prefix, rs, now_override);
 }
 
 void build_undo(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
@@ -285,6 +346,21 @@ limit::check_result parse_reply(const redisReply* reply, const limit::check_requ
             undo->fields.push_back({str(i), str(i + 1), str(i + 2), str(i + 3)});
     }
     return res;
+}
+
+void parse_batch_reply(const redisReply* reply, std::span<const limit::check_request* const> rs,
+                       std::vector<limit::check_result>& out) {
+    out.clear();
+    out.reserve(rs.size());
+    const bool listed = reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == rs.size();
+    for (std::size_t i = 0; i < rs.size(); ++i) {
+        if (listed)
+            out.push_back(parse_reply(reply->element[i], *rs[i]));
+        else if (reply && reply->type == REDIS_REPLY_ERROR)
+            out.push_back(parse_reply(reply, *rs[i]));  // the script refused the batch
+        else
+            out.push_back(failure("malformed reply: not a list of the batch's replies"));
+    }
 }
 
 bool is_noscript(const redisReply* reply) {

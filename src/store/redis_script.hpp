@@ -20,6 +20,7 @@
 #include <hiredis/hiredis.h>
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,6 +61,16 @@ void build_call(std::vector<std::string>& argv, std::string_view sha, std::strin
 std::string format_call(std::string_view sha, std::string_view key_prefix, const limit::check_request& r,
                         std::optional<limit::usec> now_override = std::nullopt, call_flag flag = call_flag::none);
 
+// One EVALSHA that decides every request of `rs` in turn, each as its own call (flag none)
+// would (the script's batch mode: one TIME, one call's overhead). For one node: the keys of
+// a batch may lie in any slot. build_batch appends the same as argv (for tests).
+std::string format_batch(std::string_view sha, std::string_view key_prefix,
+                         std::span<const limit::check_request* const> rs,
+                         std::optional<limit::usec> now_override = std::nullopt);
+void build_batch(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
+                 std::span<const limit::check_request* const> rs,
+                 std::optional<limit::usec> now_override = std::nullopt);
+
 // Appends the EVALSHA that renews or releases lease r.lease in the concurrency tiers of r's
 // identifiers (the identifiers without one are left out). False when none has one: nothing
 // to send.
@@ -71,6 +82,10 @@ bool build_lease(std::vector<std::string>& argv, std::string_view sha, std::stri
 // Fills decision.tiers with pointers to the request's tiers (in request order), key_index set.
 // With `undo` (the call was built with_undo) and an admission, it also reads the record.
 limit::check_result parse_reply(const redisReply* reply, const limit::check_request& r, undo_record* undo = nullptr);
+
+// A batch's reply, one result per request of `rs` (an error reply: that error for each).
+void parse_batch_reply(const redisReply* reply, std::span<const limit::check_request* const> rs,
+                       std::vector<limit::check_result>& out);
 
 // The EVALSHA that takes back the commit `u` of identifier `k` (same tiers, same cost). Its
 // reply is the number of fields restored (fewer when the identifier admitted again since).

@@ -7,6 +7,7 @@
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <openssl/evp.h>
@@ -52,7 +53,8 @@ redis_store::redis_store(const config::store_config& c, const redis_store_option
     : conn_opts_(redis_connection_options::from(c, o.script.empty() ? std::string(rate_limit_lua) : o.script, o.tls)),
       key_prefix_(c.redis_key_prefix),
       counters_(std::make_shared<redis_counters>()),
-      cache_(o.deny_cache_max) {
+      cache_(o.deny_cache_max),
+      max_in_flight_(o.max_in_flight) {
     conn_opts_.max_in_flight = o.max_in_flight;
     if (c.type == config::store_config::kind::redis_cluster) {
         seeds_ = c.redis_nodes;
@@ -126,11 +128,8 @@ boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_requ
         limit::check_result out;
         if (cluster_) {
             out = co_await decide_on_cluster(r, asked + conn_opts_.timeout);
-        } else {  // one node: one EVALSHA, here (no coroutine frame more per request)
-            auto reply = co_await conn_->call_formatted(redis_script::format_call(conn_->script_sha(), key_prefix_, r),
-                                                        true, false);
-            out = reply.ok() ? redis_script::parse_reply(reply.reply.get(), r)
-                             : redis_script::failure(redis_connection::to_string(reply.failure));
+        } else {
+            out = co_await decide_on_node(r);
         }
         if (out.state == limit::check_result::status::error) {
             counters_->errors.add();
@@ -146,6 +145,61 @@ boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_requ
         spdlog::warn("redis store: {}", e.what());
     }
     co_return failed("redis store failure");
+}
+
+boost::asio::awaitable<limit::check_result> redis_store::decide_on_node(const limit::check_request& r) {
+    using error = redis_connection::error;
+    limit::check_result out;
+    const std::size_t joining = open_batch_ ? open_batch_->members.size() + 1 : 0;
+    if (batched_ + joining >= max_in_flight_)
+        co_return redis_script::failure(redis_connection::to_string(error::overloaded));
+    if (open_batch_ && joining < max_batch) {
+        auto* b = open_batch_;
+        co_await asio::async_initiate<const asio::use_awaitable_t<>&, void()>(
+            [b, &r, &out](auto handler) {
+                b->members.push_back({&r, &out, std::move(handler)});
+            },
+            asio::use_awaitable);
+        co_return out;
+    }
+
+    batch mine;
+    open_batch_ = &mine;
+    co_await asio::post(ex_, asio::use_awaitable);
+    if (open_batch_ == &mine) open_batch_ = nullptr;
+    const std::size_t n = 1 + mine.members.size();
+    batched_ += n;
+    counters_->checks.add(n);
+    std::vector<limit::check_result> results;
+    try {
+        std::string command;
+        std::vector<const limit::check_request*> requests;
+        if (n == 1) {
+            command = redis_script::format_call(conn_->script_sha(), key_prefix_, r);
+        } else {
+            requests.reserve(n);
+            requests.push_back(&r);
+            for (const auto& m : mine.members) requests.push_back(m.request);
+            command = redis_script::format_batch(conn_->script_sha(), key_prefix_, requests);
+        }
+        auto reply = co_await conn_->call_formatted(std::move(command), true, false);
+        if (!reply.ok())
+            results.assign(n, redis_script::failure(redis_connection::to_string(reply.failure)));
+        else if (n == 1)
+            results.push_back(redis_script::parse_reply(reply.reply.get(), r));
+        else
+            redis_script::parse_batch_reply(reply.reply.get(), requests, results);
+    } catch (const std::exception& e) {
+        spdlog::warn("redis store: {}", e.what());
+    }
+    batched_ -= n;
+    // Every member is woken, whatever happened (each from the event loop, not from here).
+    for (std::size_t i = 0; i < mine.members.size(); ++i) {
+        auto& m = mine.members[i];
+        *m.out = i + 1 < results.size() ? std::move(results[i + 1]) : redis_script::failure("redis store failure");
+        asio::post(ex_, [wake = std::move(m.wake)]() mutable { std::move(wake)(); });
+    }
+    co_return results.empty() ? redis_script::failure("redis store failure") : std::move(results[0]);
 }
 
 void redis_store::change_lease(const limit::check_request& r, limit::lease_change c) {

@@ -1,6 +1,7 @@
-// The Redis store: limit state lives in Redis, decided by one EVALSHA of the rate-limit
-// script per request over the worker's pipelined connection (DESIGN.md, "Concurrency" and
-// "Limits and the data model"). With store.type redis-cluster, one EVALSHA per identifier
+// The Redis store: limit state lives in Redis, decided by the rate-limit script over the
+// worker's pipelined connection (DESIGN.md, "Concurrency" and "Limits and the data model"):
+// on one node, one EVALSHA decides the checks asked during one turn of the worker's event
+// loop (up to max_batch), each in turn as its own call would. With store.type redis-cluster, one EVALSHA per identifier
 // (each is one hash slot), sent in parallel to the nodes serving them; when one denies,
 // the commits of the others are taken back (redis_script::build_undo), so a denied request
 // leaves every tier as it found it unless the same identifier was admitted in between
@@ -31,6 +32,7 @@
 #include "store/redis_connection.hpp"
 #include "store/redis_script.hpp"
 
+#include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
 
 #include <atomic>
@@ -38,6 +40,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace sluice::store {
 
@@ -86,6 +89,8 @@ private:
                                                             redis_script::call_flag flag,
                                                             redis_script::undo_record* undo,
                                                             redis_clock::time_point deadline);
+    // One node: joins the turn's batch, or leads it (see batch below).
+    boost::asio::awaitable<limit::check_result> decide_on_node(const limit::check_request& r);
     // Takes back identifier `key`'s commit `u`.
     boost::asio::awaitable<void> undo_part(limit::check_request r, std::size_t key, const redis_script::undo_record* u,
                                            redis_clock::time_point deadline);
@@ -100,6 +105,21 @@ private:
     boost::asio::any_io_executor ex_;
     std::atomic<bool> started_{false};
     limit::deny_cache cache_;
+    // The batch of this turn: the first check of a turn leads it. It yields once (post), so
+    // that the checks the rest of the turn asks join it, then sends them all as one EVALSHA
+    // and hands each its result. A check that finds it full leads the next.
+    struct batch_member {
+        const limit::check_request* request = nullptr;
+        limit::check_result* out = nullptr;
+        boost::asio::any_completion_handler<void()> wake;
+    };
+    struct batch {
+        std::vector<batch_member> members;  // the leader's request is not among them
+    };
+    static constexpr std::size_t max_batch = 64;
+    batch* open_batch_ = nullptr;  // in its leader's coroutine frame
+    std::size_t batched_ = 0;      // checks in batches not answered yet (at most max_in_flight)
+    std::size_t max_in_flight_;
     std::uint64_t generation_ = 0;  // bumped by on_reload(): a check begun before it caches nothing
 };
 

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <latch>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -96,6 +97,39 @@ TEST_CASE("fleet: three gateways on one Redis admit exactly the limit in every w
     auto m = fetch(f.gateways[0]->admin_port, "GET", "/metrics").body;
     CHECK(metric_value(m, "sluice_redis_commands_total") > 0);
     CHECK(metric_value(m, "sluice_redis_writes_total") > 0);
+}
+
+TEST_CASE("fleet: checks asked together share an EVALSHA, and still admit exactly the limit") {
+    redis_server redis(unused_port());
+    constexpr int limit = 150, clients = 32, each = 10;
+    fleet f(1, redis.port, "deny", "{limit: 150, per: 1h}");  // sliding: no window edge in the test
+    std::atomic<int> admitted{0}, refused{0}, errors{0};
+    std::latch go(clients + 1);
+    std::vector<std::thread> threads;
+    for (int c = 0; c < clients; ++c)
+        threads.emplace_back([&] {
+            try {
+                connection conn("127.0.0.1", f.gateways[0]->port);
+                go.arrive_and_wait();  // every client sends its first request at once
+                for (int i = 0; i < each; ++i) {
+                    conn.send(make_request("GET", "/together"));
+                    const auto status = conn.read_response().status;
+                    (status == 200 ? admitted : status == 429 ? refused : errors)++;
+                }
+            } catch (const std::exception&) {
+                ++errors;
+            }
+        });
+    go.arrive_and_wait();
+    for (auto& t : threads) t.join();
+    CHECK(errors == 0);
+    CHECK(admitted == limit);
+    CHECK(refused == clients * each - limit);
+    // Some checks went several to an EVALSHA (the script's batch mode): more checks than
+    // commands written, though the handshake's commands count as commands.
+    const auto m = fetch(f.gateways[0]->admin_port, "GET", "/metrics").body;
+    CHECK(metric_value(m, "sluice_redis_checks_total") > metric_value(m, "sluice_redis_commands_total"));
+    CHECK(metric_value(m, "sluice_redis_errors_total") == 0);
 }
 
 TEST_CASE("fleet: Redis down and back, with on_error allow") {

@@ -123,6 +123,17 @@ TEST_CASE("redis sentinel: two gateways admit exactly the limit, and follow a fa
     std::atomic<bool> stop{false};
     std::atomic<long> ok{0}, denied{0}, errors{0}, slowest_ms{0};
     std::vector<std::thread> clients;
+    // A failed REQUIRE below leaves through here: the clients stop and are joined, so the
+    // failure is reported (not a std::terminate on a joinable thread).
+    struct joiner {
+        std::atomic<bool>& stop;
+        std::vector<std::thread>& threads;
+        ~joiner() {
+            stop = true;
+            for (auto& t : threads)
+                if (t.joinable()) t.join();
+        }
+    } join_clients{stop, clients};
     for (int c = 0; c < 4; ++c)
         clients.emplace_back([&, c] {
             const auto until = steady_clock::now() + seconds(40);  // bound, should stop() never come

@@ -923,7 +923,8 @@ const mix min_interval_heavy{
 // Penalty mode: no log tiers (the config refuses them with count_rejected).
 const mix penalty{"penalty", {algorithm::fixed, algorithm::sliding, algorithm::gcra}, 25, true};
 // Concurrency tiers beside others: leases taken, released, renewed and lapsing.
-const mix concurrency{"concurrency", {algorithm::concurrency, algorithm::fixed, algorithm::gcra, algorithm::log}, 10};
+const mix concurrency{
+    "concurrency", {algorithm::concurrency, algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log}, 10};
 const mix concurrency_penalty{
     "concurrency-penalty", {algorithm::concurrency, algorithm::sliding, algorithm::gcra}, 10, true};
 
@@ -949,6 +950,90 @@ TEST_CASE("redis_script: count_rejected (refusals counted, then checked again) m
     const auto h = run_mixes(srv, "test_redis_script (count_rejected)", mixes, 6, false);
     CHECK(h.denials > h.requests / 10);
     CHECK(h.denials < h.requests * 9 / 10);
+}
+
+TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does one after the other") {
+    redis_server srv;
+    harness h{srv, load_script(srv)};
+    const auto seed = test_seed();
+    INFO("seed " << seed);
+    std::printf("test_redis_script (batch): seed %llu (SLUICE_TEST_SEED to repeat)\n",
+                static_cast<unsigned long long>(seed));
+    std::mt19937_64 rng(seed);
+    auto pick = [&](std::int64_t lo, std::int64_t hi) {
+        return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+    };
+    // (Concurrency tiers are in the other traces: their leases must be released to be of use.)
+    const std::vector<algorithm> algos{algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log};
+    std::size_t requests = 0, denials = 0, batches = 0;
+    for (int trace = 0; trace < 6; ++trace) {
+        std::vector<policy> policies(2);
+        for (std::size_t p = 0; p < policies.size(); ++p) {
+            const std::string pname = "batch" + std::to_string(trace) + "-p" + std::to_string(p);
+            for (std::int64_t i = 0, n = pick(1, 3); i < n; ++i)
+                policies[p].ip.push_back(random_tier(rng, algos[static_cast<std::size_t>(pick(0, 3))], 20, pname, "ip",
+                                                     static_cast<std::size_t>(i)));
+            for (std::int64_t i = 0, n = pick(0, 2); i < n; ++i)
+                policies[p].user.push_back(random_tier(rng, algos[static_cast<std::size_t>(pick(0, 3))], 20, pname,
+                                                       "user", static_cast<std::size_t>(i)));
+        }
+        usec t = future_t0() + trace * 7 * MS;
+        for (int round = 0; round < 150; ++round) {
+            t += pick(0, 150 * MS);
+            // Requests of one batch share few identifiers, so that one sees another's commit.
+            const auto m = static_cast<std::size_t>(pick(1, 6));
+            std::vector<std::vector<limit::store_key>> keys(m);
+            std::vector<limit::check_request> rq;
+            rq.reserve(m);
+            for (std::size_t i = 0; i < m; ++i) {
+                const auto& p = policies[static_cast<std::size_t>(pick(0, 1))];
+                keys[i].push_back({'i', digest_of(static_cast<unsigned>(pick(0, 1))), p.ip});
+                if (!p.user.empty() && pick(0, 1)) keys[i].push_back({'u', digest_of(0), p.user});
+                rq.push_back({keys[i], pick(1, 100) <= 70 ? 1 : pick(1, 3), pick(1, 100) <= 15, 0});
+            }
+            std::vector<const limit::check_request*> ptrs;
+            std::vector<limit::decision> want;
+            for (const auto& r : rq) {
+                ptrs.push_back(&r);
+                want.push_back(h.oracle(r, t));
+            }
+            const std::string command = rs::format_batch(h.sha, h.prefix, ptrs, t);
+            std::vector<std::string> argv;
+            rs::build_batch(argv, h.sha, h.prefix, ptrs, t);
+            REQUIRE(command == sluice::store::format_command(argv));
+            REQUIRE(redisAppendFormattedCommand(srv.ctx(), command.data(), command.size()) == REDIS_OK);
+            void* raw = nullptr;
+            REQUIRE(redisGetReply(srv.ctx(), &raw) == REDIS_OK);
+            reply_ptr reply(static_cast<redisReply*>(raw));
+            std::vector<limit::check_result> got;
+            rs::parse_batch_reply(reply.get(), ptrs, got);
+            REQUIRE(got.size() == m);
+            for (std::size_t i = 0; i < m; ++i) {
+                INFO("trace " << trace << " round " << round << " request " << i << " of " << m);
+                const auto problem = harness::compare(want[i], got[i]);
+                REQUIRE_MESSAGE(problem.empty(), problem);
+                if (!want[i].allowed) ++denials;
+            }
+            requests += m;
+            ++batches;
+        }
+    }
+    std::printf("test_redis_script (batch): %zu requests in %zu batches, %zu denials\n", requests, batches, denials);
+    CHECK(denials > requests / 10);
+    CHECK(denials < requests * 19 / 20);
+
+    // The script refuses a malformed batch as a whole: every request gets the error.
+    std::vector<std::string> bad{"EVALSHA", h.sha, "0", "", "batch", "2", "-", "1", "0"};
+    auto reply = srv.cmd(bad);
+    const limit::check_request empty{{}, 1, false, 0};
+    const std::vector<const limit::check_request*> two{&empty, &empty};
+    std::vector<limit::check_result> got;
+    rs::parse_batch_reply(reply.get(), two, got);
+    REQUIRE(got.size() == 2);
+    for (const auto& g : got) {
+        CHECK(g.state == limit::check_result::status::error);
+        CHECK(g.error.find("bad flag in a batch") != std::string::npos);  // the second is missing
+    }
 }
 
 namespace {
