@@ -396,11 +396,19 @@ local ERR = 'ERR sluice rate_limit: '
 if ARGV[2] == 'undo' then
     local hash, cost = KEYS[1], tonumber(ARGV[3])
     local restored, fields, z = 0, 0, 2
+    local back_heads = {}  -- the tier fields put back (the record lists them first)
     for i = 6, #ARGV, 4 do
         local f, old, new, seq = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
         fields = fields + 1
         local back = call('HGET', hash, f) == new
+        -- Older buckets go back with their head only: after a later admission in the same
+        -- bucket (the head changed, the older field not), the pair must stay as it is.
+        local head = match(f, '^(.*)|o$')
+        if head and not back_heads[head] then
+            back = false
+        end
         if back then
+            back_heads[f] = true
             restored = restored + 1
             if old == '' then
                 call('HDEL', hash, f)
@@ -518,7 +526,8 @@ end
 -- or 'q'), cost, number of identifiers, identifiers; KEYS holds their keys in the same order.
 -- Each is decided in turn, as its own call would be right after the one before it (but all
 -- at one reading of TIME), and the reply is the list of their replies. A batch is for one
--- node: a cluster sends one call per identifier.
+-- node: a cluster sends one call per identifier. Its layout (counts, flags, algorithms, the
+-- divisors) is checked first: a malformed batch is refused whole, nothing written.
 
 local batch, nreq, r0  -- r0: the ARGV index of the request's cost
 if ARGV[2] == 'batch' then
@@ -527,6 +536,48 @@ if ARGV[2] == 'batch' then
         return redis.error_reply(ERR .. 'bad batch size')
     end
     batch, r0 = {}, 5
+    -- The batch's layout is checked before anything is written, so that a malformed one is
+    -- refused whole (a request's commit cannot be taken back once the next one fails).
+    local a, k = 4, 1
+    for _ = 1, nreq do
+        local f = ARGV[a]
+        if not (f == '-' or f == 'p' or f == 'q') then
+            return redis.error_reply(ERR .. 'bad flag in a batch')
+        end
+        local ids = tonumber(ARGV[a + 2])
+        if not tonumber(ARGV[a + 1]) or not ids then
+            return redis.error_reply(ERR .. 'bad cost or key count')
+        end
+        a = a + 3
+        for _ = 1, ids do
+            local n = tonumber(ARGV[a])
+            if not n or not ARGV[a + 11 * n] then
+                return redis.error_reply(ERR .. 'bad tier count')
+            end
+            k = k + 1
+            for j = 1, n do
+                local t = a + 11 * j - 10  -- the tier's algorithm
+                local algo = ARGV[t]
+                if algo == 'l' then
+                    k = k + 1
+                elseif algo == 'f' or algo == 's' or algo == 'm' then
+                    if not (tonumber(ARGV[t + 3]) and ARGV[t + 3] + 0 > 0) then
+                        return redis.error_reply(ERR .. 'bad bucket')
+                    end
+                elseif algo == 'g' then
+                    if not (tonumber(ARGV[t + 6]) and ARGV[t + 6] + 0 > 0) then
+                        return redis.error_reply(ERR .. 'bad interval')
+                    end
+                elseif algo ~= 'c' then
+                    return redis.error_reply(ERR .. 'bad algorithm')
+                end
+            end
+            a = a + 11 * n + 1
+        end
+    end
+    if a - 1 ~= #ARGV or k - 1 ~= #KEYS then
+        return redis.error_reply(ERR .. 'argument count mismatch')
+    end
 else
     nreq, r0 = 1, 2
 end

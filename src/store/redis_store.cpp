@@ -12,6 +12,8 @@
 
 #include <openssl/evp.h>
 
+#include <exception>
+
 namespace sluice::store {
 
 namespace asio = boost::asio;
@@ -150,27 +152,46 @@ boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_requ
 boost::asio::awaitable<limit::check_result> redis_store::decide_on_node(const limit::check_request& r) {
     using error = redis_connection::error;
     limit::check_result out;
-    const std::size_t joining = open_batch_ ? open_batch_->members.size() + 1 : 0;
-    if (batched_ + joining >= max_in_flight_)
-        co_return redis_script::failure(redis_connection::to_string(error::overloaded));
-    if (open_batch_ && joining < max_batch) {
+    if (batched_ >= max_in_flight_) co_return redis_script::failure(redis_connection::to_string(error::overloaded));
+    ++batched_;  // from here on, each path ends with a decrement
+    if (open_batch_ && open_batch_->members.size() + 1 < max_batch) {
         auto* b = open_batch_;
         co_await asio::async_initiate<const asio::use_awaitable_t<>&, void()>(
             [b, &r, &out](auto handler) {
                 b->members.push_back({&r, &out, std::move(handler)});
             },
             asio::use_awaitable);
-        co_return out;
+        co_return out;  // (the leader took this one's count back)
     }
 
     batch mine;
     open_batch_ = &mine;
+    // However the leader leaves, the batch is closed and its checks counted out; leaving by
+    // an exception, it wakes the members with an error. (Destroyed with its io_context, the
+    // members' frames go too: nothing to wake.)
+    struct close_batch {
+        batch*& open;
+        batch* mine;
+        std::size_t& count;
+        boost::asio::any_io_executor ex;
+        int unwinding = std::uncaught_exceptions();
+        ~close_batch() {
+            if (open == mine) open = nullptr;
+            count -= 1 + mine->members.size();
+            if (std::uncaught_exceptions() == unwinding) return;
+            for (auto& m : mine->members) {
+                if (!m.wake) continue;
+                m.out->state = limit::check_result::status::error;
+                asio::post(ex, [wake = std::move(m.wake)]() mutable { std::move(wake)(); });
+            }
+        }
+    } closing{open_batch_, &mine, batched_, ex_};
     co_await asio::post(ex_, asio::use_awaitable);
     if (open_batch_ == &mine) open_batch_ = nullptr;
     const std::size_t n = 1 + mine.members.size();
-    batched_ += n;
     counters_->checks.add(n);
-    std::vector<limit::check_result> results;
+    out = redis_script::failure("redis store failure");  // unless replaced below
+    std::vector<limit::check_result> results;            // the members', after the leader's
     try {
         std::string command;
         std::vector<const limit::check_request*> requests;
@@ -183,23 +204,29 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_on_node(const li
             command = redis_script::format_batch(conn_->script_sha(), key_prefix_, requests);
         }
         auto reply = co_await conn_->call_formatted(std::move(command), true, false);
-        if (!reply.ok())
-            results.assign(n, redis_script::failure(redis_connection::to_string(reply.failure)));
-        else if (n == 1)
-            results.push_back(redis_script::parse_reply(reply.reply.get(), r));
-        else
+        if (!reply.ok()) {
+            out = redis_script::failure(redis_connection::to_string(reply.failure));
+            results.assign(n, out);
+        } else if (n == 1) {
+            out = redis_script::parse_reply(reply.reply.get(), r);
+        } else {
             redis_script::parse_batch_reply(reply.reply.get(), requests, results);
+            out = std::move(results[0]);
+        }
     } catch (const std::exception& e) {
         spdlog::warn("redis store: {}", e.what());
     }
-    batched_ -= n;
     // Every member is woken, whatever happened (each from the event loop, not from here).
     for (std::size_t i = 0; i < mine.members.size(); ++i) {
         auto& m = mine.members[i];
-        *m.out = i + 1 < results.size() ? std::move(results[i + 1]) : redis_script::failure("redis store failure");
+        try {
+            *m.out = i + 1 < results.size() ? std::move(results[i + 1]) : redis_script::failure("redis store failure");
+        } catch (const std::exception&) {
+            m.out->state = limit::check_result::status::error;  // (no message: out of memory)
+        }
         asio::post(ex_, [wake = std::move(m.wake)]() mutable { std::move(wake)(); });
     }
-    co_return results.empty() ? redis_script::failure("redis store failure") : std::move(results[0]);
+    co_return out;
 }
 
 void redis_store::change_lease(const limit::check_request& r, limit::lease_change c) {

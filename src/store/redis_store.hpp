@@ -118,7 +118,7 @@ private:
     };
     static constexpr std::size_t max_batch = 64;
     batch* open_batch_ = nullptr;  // in its leader's coroutine frame
-    std::size_t batched_ = 0;      // checks in batches not answered yet (at most max_in_flight)
+    std::size_t batched_ = 0;      // checks in batches, open or sent, not answered (<= max_in_flight)
     std::size_t max_in_flight_;
     std::uint64_t generation_ = 0;  // bumped by on_reload(): a check begun before it caches nothing
 };

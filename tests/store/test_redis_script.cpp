@@ -1022,18 +1022,24 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
     CHECK(denials > requests / 10);
     CHECK(denials < requests * 19 / 20);
 
-    // The script refuses a malformed batch as a whole: every request gets the error.
-    std::vector<std::string> bad{"EVALSHA", h.sha, "0", "", "batch", "2", "-", "1", "0"};
+    // The script refuses a malformed batch as a whole, before the first request writes:
+    // every request gets the error, and nothing is written.
+    const std::vector<limit::tier> good{make_tier(algorithm::fixed, 5, 1'000, 0, 0, "malformed")};
+    const std::vector<limit::store_key> first{{'i', digest_of(7), good}};
+    const limit::check_request one{first, 1, false, 0};
+    const std::vector<const limit::check_request*> two{&one, &one};
+    std::vector<std::string> bad;
+    rs::build_batch(bad, h.sha, h.prefix, two, future_t0());
+    bad[bad.size() - 11] = "x";  // the second request's tier: an unknown algorithm
     auto reply = srv.cmd(bad);
-    const limit::check_request empty{{}, 1, false, 0};
-    const std::vector<const limit::check_request*> two{&empty, &empty};
     std::vector<limit::check_result> got;
     rs::parse_batch_reply(reply.get(), two, got);
     REQUIRE(got.size() == 2);
     for (const auto& g : got) {
         CHECK(g.state == limit::check_result::status::error);
-        CHECK(g.error.find("bad flag in a batch") != std::string::npos);  // the second is missing
+        CHECK(g.error.find("bad algorithm") != std::string::npos);
     }
+    CHECK(srv.cmd({"EXISTS", rs::key_name(h.prefix, first[0])})->integer == 0);
 }
 
 namespace {
@@ -1324,9 +1330,28 @@ TEST_CASE("redis_script: a bucket tier's older buckets have their own field, wri
     CHECK(head() == at(13) + ";4|2/283333333");
     CHECK(older() == "283333333:1,283333334:1,");
 
+    // Again, but another admission in the same bucket comes before the undo: the head has
+    // changed since, so it stays, and the older buckets stay with it (a pair, or the count
+    // would drift).
+    argv.clear();
+    rs::build_call(argv, h.sha, h.prefix, r, t0 + 20 * SEC, rs::call_flag::undo);
+    reply = srv.cmd(argv);
+    REQUIRE(rs::parse_reply(reply.get(), r, &u).verdict.allowed);
+    REQUIRE(u.fields.size() == 2);
+    REQUIRE(h.script(r, t0 + 21 * SEC).verdict.allowed);
+    argv.clear();
+    rs::build_undo(argv, h.sha, h.prefix, keys[0], r.cost, u);
+    CHECK(srv.cmd(argv)->integer == 0);
+    CHECK(head() == at(21) + ";6|2/283333333");
+    CHECK(older() == "283333333:1,283333334:1,283333335:2,");
+    // 60 s on, bucket 283333333 has left: 6 - 1 counted, and this one.
+    auto later = h.script(r, t0 + 61 * SEC);
+    REQUIRE(later.verdict.allowed);
+    CHECK(later.verdict.tiers[0].remaining == 100 - 6);
+    srv.cmd({"DEL", hash});
+
     // An earlier version's head, its older buckets inline, is read as such and moved.
-    srv.cmd({"HSET", hash, tiers[0].id, at(13) + ";4|2|283333333:1,283333334:1,"});
-    srv.cmd({"HDEL", hash, tiers[0].id + "|o"});
+    srv.cmd({"HSET", hash, "@t", at(13), tiers[0].id, at(13) + ";4|2|283333333:1,283333334:1,"});
     auto got = h.script(r, t0 + 14 * SEC);
     REQUIRE(got.verdict.allowed);
     CHECK(got.verdict.tiers[0].remaining == 100 - 5);
