@@ -1,7 +1,8 @@
--- Sluice rate limiter, one EVALSHA per request: every tier of every identifier is checked,
--- and only if all admit is the cost committed to each. The semantics are limit::decide()'s
--- (src/limit/decide.cpp), whose check and commit functions the ones here mirror; the
--- differential test (tests/store/test_redis_script.cpp) runs both on random traces.
+-- Sluice rate limiter, one EVALSHA per request (or per batch of requests: "Batch" below):
+-- every tier of every identifier is checked, and only if all admit is the cost committed to
+-- each. The semantics are limit::decide()'s (src/limit/decide.cpp), whose check and commit
+-- functions the ones here mirror; the differential test (tests/store/test_redis_script.cpp)
+-- runs both on random traces.
 --
 -- KEYS, per identifier in request order: its HASH, then one ZSET per `log` tier of it in tier
 --   order (src/store/redis_script.cpp builds every name).
