@@ -528,7 +528,8 @@ end
 -- Each is decided in turn, as its own call would be right after the one before it (but all
 -- at one reading of TIME), and the reply is the list of their replies. A batch is for one
 -- node: a cluster sends one call per identifier. Its layout (counts, flags, algorithms, the
--- divisors) is checked first: a malformed batch is refused whole, nothing written.
+-- divisors) is checked first: a batch laid out wrong is refused whole, nothing written. (A
+-- word where a number goes still fails only where it is met: the store formats every number.)
 
 local batch, nreq, r0  -- r0: the ARGV index of the request's cost
 if ARGV[2] == 'batch' then
@@ -537,7 +538,7 @@ if ARGV[2] == 'batch' then
         return redis.error_reply(ERR .. 'bad batch size')
     end
     batch, r0 = {}, 5
-    -- The batch's layout is checked before anything is written, so that a malformed one is
+    -- The batch's layout is checked before anything is written, so that one laid out wrong is
     -- refused whole (a request's commit cannot be taken back once the next one fails).
     local a, k = 4, 1
     for _ = 1, nreq do
@@ -546,13 +547,13 @@ if ARGV[2] == 'batch' then
             return redis.error_reply(ERR .. 'bad flag in a batch')
         end
         local ids = tonumber(ARGV[a + 2])
-        if not tonumber(ARGV[a + 1]) or not ids then
+        if not tonumber(ARGV[a + 1]) or not ids or ids < 0 or ids % 1 ~= 0 then
             return redis.error_reply(ERR .. 'bad cost or key count')
         end
         a = a + 3
         for _ = 1, ids do
             local n = tonumber(ARGV[a])
-            if not n or not ARGV[a + 11 * n] then
+            if not n or n < 0 or n % 1 ~= 0 or not ARGV[a + 11 * n] then
                 return redis.error_reply(ERR .. 'bad tier count')
             end
             k = k + 1

@@ -153,69 +153,64 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_on_node(const li
     using error = redis_connection::error;
     limit::check_result out;
     if (batched_ >= max_in_flight_) co_return redis_script::failure(redis_connection::to_string(error::overloaded));
-    ++batched_;  // from here on, each path ends with a decrement
+    // Counted out by the batch's leader once it has the reply. (A frame destroyed with its
+    // io_context, the store perhaps gone before, touches nothing: no guard object here.)
+    ++batched_;
     if (open_batch_ && open_batch_->members.size() + 1 < max_batch) {
         auto* b = open_batch_;
-        co_await asio::async_initiate<const asio::use_awaitable_t<>&, void()>(
-            [b, &r, &out](auto handler) {
-                b->members.push_back({&r, &out, std::move(handler)});
-            },
-            asio::use_awaitable);
-        co_return out;  // (the leader took this one's count back)
+        try {
+            co_await asio::async_initiate<const asio::use_awaitable_t<>&, void()>(
+                [b, &r, &out](auto handler) {
+                    b->members.push_back({&r, &out, std::move(handler)});
+                },
+                asio::use_awaitable);
+        } catch (...) {
+            --batched_;  // it never joined (only the initiation throws)
+            throw;
+        }
+        co_return out;
     }
 
     batch mine;
     open_batch_ = &mine;
-    // However the leader leaves, the batch is closed and its checks counted out; leaving by
-    // an exception, it wakes the members with an error. (Destroyed with its io_context, the
-    // members' frames go too: nothing to wake.)
-    struct close_batch {
-        batch*& open;
-        batch* mine;
-        std::size_t& count;
-        boost::asio::any_io_executor ex;
-        int unwinding = std::uncaught_exceptions();
-        ~close_batch() {
-            if (open == mine) open = nullptr;
-            count -= 1 + mine->members.size();
-            if (std::uncaught_exceptions() == unwinding) return;
-            for (auto& m : mine->members) {
-                if (!m.wake) continue;
-                m.out->state = limit::check_result::status::error;
-                asio::post(ex, [wake = std::move(m.wake)]() mutable { std::move(wake)(); });
-            }
-        }
-    } closing{open_batch_, &mine, batched_, ex_};
-    co_await asio::post(ex_, asio::use_awaitable);
+    std::exception_ptr failed;
+    try {
+        co_await asio::post(ex_, asio::use_awaitable);
+    } catch (...) {
+        failed = std::current_exception();
+    }
     if (open_batch_ == &mine) open_batch_ = nullptr;
     const std::size_t n = 1 + mine.members.size();
-    counters_->checks.add(n);
-    out = redis_script::failure("redis store failure");  // unless replaced below
-    std::vector<limit::check_result> results;            // the members', after the leader's
-    try {
-        std::string command;
-        std::vector<const limit::check_request*> requests;
-        if (n == 1) {
-            command = redis_script::format_call(conn_->script_sha(), key_prefix_, r);
-        } else {
-            requests.reserve(n);
-            requests.push_back(&r);
-            for (const auto& m : mine.members) requests.push_back(m.request);
-            command = redis_script::format_batch(conn_->script_sha(), key_prefix_, requests);
+    std::vector<limit::check_result> results;  // the members', after the leader's
+    if (!failed) {
+        counters_->checks.add(n);
+        try {
+            out = redis_script::failure("redis store failure");  // unless replaced below
+            std::string command;
+            std::vector<const limit::check_request*> requests;
+            if (n == 1) {
+                command = redis_script::format_call(conn_->script_sha(), key_prefix_, r);
+            } else {
+                requests.reserve(n);
+                requests.push_back(&r);
+                for (const auto& m : mine.members) requests.push_back(m.request);
+                command = redis_script::format_batch(conn_->script_sha(), key_prefix_, requests);
+            }
+            auto reply = co_await conn_->call_formatted(std::move(command), true, false);
+            if (!reply.ok()) {
+                out = redis_script::failure(redis_connection::to_string(reply.failure));
+                results.assign(n, out);
+            } else if (n == 1) {
+                out = redis_script::parse_reply(reply.reply.get(), r);
+            } else {
+                redis_script::parse_batch_reply(reply.reply.get(), requests, results);
+                out = std::move(results[0]);
+            }
+        } catch (const std::exception& e) {
+            spdlog::warn("redis store: {}", e.what());
         }
-        auto reply = co_await conn_->call_formatted(std::move(command), true, false);
-        if (!reply.ok()) {
-            out = redis_script::failure(redis_connection::to_string(reply.failure));
-            results.assign(n, out);
-        } else if (n == 1) {
-            out = redis_script::parse_reply(reply.reply.get(), r);
-        } else {
-            redis_script::parse_batch_reply(reply.reply.get(), requests, results);
-            out = std::move(results[0]);
-        }
-    } catch (const std::exception& e) {
-        spdlog::warn("redis store: {}", e.what());
     }
+    batched_ -= n;
     // Every member is woken, whatever happened (each from the event loop, not from here).
     for (std::size_t i = 0; i < mine.members.size(); ++i) {
         auto& m = mine.members[i];
@@ -226,6 +221,7 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_on_node(const li
         }
         asio::post(ex_, [wake = std::move(m.wake)]() mutable { std::move(wake)(); });
     }
+    if (failed) std::rethrow_exception(failed);
     co_return out;
 }
 

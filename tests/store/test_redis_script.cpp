@@ -1022,7 +1022,7 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
     CHECK(denials > requests / 10);
     CHECK(denials < requests * 19 / 20);
 
-    // The script refuses a malformed batch as a whole, before the first request writes:
+    // The script refuses a batch laid out wrong as a whole, before the first request writes:
     // every request gets the error, and nothing is written.
     const std::vector<limit::tier> good{make_tier(algorithm::fixed, 5, 1'000, 0, 0, "malformed")};
     const std::vector<limit::store_key> first{{'i', digest_of(7), good}};
@@ -1344,10 +1344,14 @@ TEST_CASE("redis_script: a bucket tier's older buckets have their own field, wri
     CHECK(srv.cmd(argv)->integer == 0);
     CHECK(head() == at(21) + ";6|2/283333333");
     CHECK(older() == "283333333:1,283333334:1,283333335:2,");
-    // 60 s on, bucket 283333333 has left: 6 - 1 counted, and this one.
+    // 60 s on, bucket 283333333 has left: 6 - 1 counted, and this one; 9 s more, and
+    // 283333334 and 283333335 have left too (with the pair split by the undo: 94).
     auto later = h.script(r, t0 + 61 * SEC);
     REQUIRE(later.verdict.allowed);
     CHECK(later.verdict.tiers[0].remaining == 100 - 6);
+    later = h.script(r, t0 + 70 * SEC);
+    REQUIRE(later.verdict.allowed);
+    CHECK(later.verdict.tiers[0].remaining == 100 - 4);
     srv.cmd({"DEL", hash});
 
     // An earlier version's head, its older buckets inline, is read as such and moved.
