@@ -963,18 +963,19 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
     auto pick = [&](std::int64_t lo, std::int64_t hi) {
         return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
     };
-    // (Concurrency tiers are in the other traces: their leases must be released to be of use.)
-    const std::vector<algorithm> algos{algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log};
+    const std::vector<algorithm> algos{algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log,
+                                       algorithm::concurrency};
     std::size_t requests = 0, denials = 0, batches = 0;
+    std::uint64_t next_lease = 1;
     for (int trace = 0; trace < 6; ++trace) {
         std::vector<policy> policies(2);
         for (std::size_t p = 0; p < policies.size(); ++p) {
             const std::string pname = "batch" + std::to_string(trace) + "-p" + std::to_string(p);
             for (std::int64_t i = 0, n = pick(1, 3); i < n; ++i)
-                policies[p].ip.push_back(random_tier(rng, algos[static_cast<std::size_t>(pick(0, 3))], 20, pname, "ip",
+                policies[p].ip.push_back(random_tier(rng, algos[static_cast<std::size_t>(pick(0, 4))], 20, pname, "ip",
                                                      static_cast<std::size_t>(i)));
             for (std::int64_t i = 0, n = pick(0, 2); i < n; ++i)
-                policies[p].user.push_back(random_tier(rng, algos[static_cast<std::size_t>(pick(0, 3))], 20, pname,
+                policies[p].user.push_back(random_tier(rng, algos[static_cast<std::size_t>(pick(0, 4))], 20, pname,
                                                        "user", static_cast<std::size_t>(i)));
         }
         usec t = future_t0() + trace * 7 * MS;
@@ -989,7 +990,12 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
                 const auto& p = policies[static_cast<std::size_t>(pick(0, 1))];
                 keys[i].push_back({'i', digest_of(static_cast<unsigned>(pick(0, 1))), p.ip});
                 if (!p.user.empty() && pick(0, 1)) keys[i].push_back({'u', digest_of(0), p.user});
-                rq.push_back({keys[i], pick(1, 100) <= 70 ? 1 : pick(1, 3), pick(1, 100) <= 15, 0});
+                const bool leased = std::any_of(keys[i].begin(), keys[i].end(), [](const limit::store_key& k) {
+                    return std::any_of(k.tiers.begin(), k.tiers.end(),
+                                       [](const limit::tier& x) { return x.algo == algorithm::concurrency; });
+                });
+                rq.push_back(
+                    {keys[i], pick(1, 100) <= 70 ? 1 : pick(1, 3), pick(1, 100) <= 15, leased ? next_lease++ : 0});
             }
             std::vector<const limit::check_request*> ptrs;
             std::vector<limit::decision> want;
@@ -1014,6 +1020,10 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
                 REQUIRE_MESSAGE(problem.empty(), problem);
                 if (!want[i].allowed) ++denials;
             }
+            // Most requests holding a slot end soon after (the rest keep it until it lapses).
+            for (std::size_t i = 0; i < m; ++i)
+                if (rq[i].lease != 0 && want[i].allowed && pick(1, 100) <= 80)
+                    h.change_lease(rq[i], limit::lease_change::release, t);
             requests += m;
             ++batches;
         }
