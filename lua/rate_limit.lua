@@ -614,10 +614,7 @@ local month_of, month_start
 for req = 1, nreq do
     local flag
     if batch then
-        flag = ARGV[r0 - 1]
-        if flag == 'u' or not (flag == '-' or flag == 'p' or flag == 'q') then
-            return redis.error_reply(ERR .. 'bad flag in a batch')
-        end
+        flag = ARGV[r0 - 1]  -- (checked above)
     else
         flag = ARGV[#ARGV]
     end

@@ -55,8 +55,7 @@ redis_store::redis_store(const config::store_config& c, const redis_store_option
     : conn_opts_(redis_connection_options::from(c, o.script.empty() ? std::string(rate_limit_lua) : o.script, o.tls)),
       key_prefix_(c.redis_key_prefix),
       counters_(std::make_shared<redis_counters>()),
-      cache_(o.deny_cache_max),
-      max_in_flight_(o.max_in_flight) {
+      cache_(o.deny_cache_max) {
     conn_opts_.max_in_flight = o.max_in_flight;
     if (c.type == config::store_config::kind::redis_cluster) {
         seeds_ = c.redis_nodes;
@@ -152,7 +151,8 @@ boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_requ
 boost::asio::awaitable<limit::check_result> redis_store::decide_on_node(const limit::check_request& r) {
     using error = redis_connection::error;
     limit::check_result out;
-    if (batched_ >= max_in_flight_) co_return redis_script::failure(redis_connection::to_string(error::overloaded));
+    if (batched_ >= conn_opts_.max_in_flight)
+        co_return redis_script::failure(redis_connection::to_string(error::overloaded));
     // Counted out by the batch's leader once it has the reply. (A frame destroyed with its
     // io_context, the store perhaps gone before, touches nothing: no guard object here.)
     ++batched_;
@@ -173,16 +173,16 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_on_node(const li
 
     batch mine;
     open_batch_ = &mine;
-    std::exception_ptr failed;
+    std::exception_ptr yield_error;
     try {
         co_await asio::post(ex_, asio::use_awaitable);
     } catch (...) {
-        failed = std::current_exception();
+        yield_error = std::current_exception();
     }
     if (open_batch_ == &mine) open_batch_ = nullptr;
     const std::size_t n = 1 + mine.members.size();
     std::vector<limit::check_result> results;  // the members', after the leader's
-    if (!failed) {
+    if (!yield_error) {
         counters_->checks.add(n);
         try {
             out = redis_script::failure("redis store failure");  // unless replaced below
@@ -221,7 +221,7 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_on_node(const li
         }
         asio::post(ex_, [wake = std::move(m.wake)]() mutable { std::move(wake)(); });
     }
-    if (failed) std::rethrow_exception(failed);
+    if (yield_error) std::rethrow_exception(yield_error);
     co_return out;
 }
 

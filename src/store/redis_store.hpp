@@ -1,11 +1,12 @@
 // The Redis store: limit state lives in Redis, decided by the rate-limit script over the
 // worker's pipelined connection (DESIGN.md, "Concurrency" and "Limits and the data model"):
 // on one node, one EVALSHA decides the checks asked during one turn of the worker's event
-// loop (up to max_batch), each in turn as its own call would. With store.type redis-cluster, one EVALSHA per identifier
-// (each is one hash slot), sent in parallel to the nodes serving them; when one denies,
-// the commits of the others are taken back (redis_script::build_undo), so a denied request
-// leaves every tier as it found it unless the same identifier was admitted in between
-// (then its cost stays counted: under-admission, never over-admission).
+// loop (up to max_batch), each in turn as its own call would. With store.type
+// redis-cluster, one EVALSHA per identifier (each is one hash slot), sent in parallel to
+// the nodes serving them; when one denies, the commits of the others are taken back
+// (redis_script::build_undo), so a denied request leaves every tier as it found it unless
+// the same identifier was admitted in between (then its cost stays counted:
+// under-admission, never over-admission).
 //
 // Contract:
 //  - try_check() answers without a round trip: 429 from the local deny cache while a
@@ -117,9 +118,8 @@ private:
         std::vector<batch_member> members;  // the leader's request is not among them
     };
     static constexpr std::size_t max_batch = 64;
-    batch* open_batch_ = nullptr;  // in its leader's coroutine frame
-    std::size_t batched_ = 0;      // checks in batches, open or sent, not answered (<= max_in_flight)
-    std::size_t max_in_flight_;
+    batch* open_batch_ = nullptr;   // in its leader's coroutine frame
+    std::size_t batched_ = 0;       // checks in batches, open or sent, not answered (<= max_in_flight)
     std::uint64_t generation_ = 0;  // bumped by on_reload(): a check begun before it caches nothing
 };
 
