@@ -15,14 +15,18 @@
 #
 # With BATCH=m (m > 1) each EVALSHA is the script's batch mode deciding m copies of the
 # call in turn, as the Redis store sends the checks of one event-loop turn; the figures are
-# then per decision (per EVALSHA / m).
+# then per decision (per EVALSHA / m). The m copies share the identifier (one client's burst:
+# each reads the commits of the ones before it from the script's memory; each after the first
+# is sent as "=", as the store sends a repeat, or with REPEATS=0 in full, as a script before
+# the "=" form needs), or with DISTINCT=1 each has its own (m clients), each warmed as below.
 #
 # With several scripts (e.g. the committed one and a candidate), their runs alternate,
 # script by script within each round, so that both see the same machine: on a shared
 # machine, compare scripts in one invocation only.
 #
 # usage: bench/lua_bench.sh [script.lua ...]   env: N (20000), RUNS (5), SCENARIOS (all:
-#        fixed fixed+sliding default gcra log reject), CLIENTS (16), PIPELINE (16), BATCH (1)
+#        fixed fixed+sliding default gcra log reject), CLIENTS (16), PIPELINE (16), BATCH (1),
+#        DISTINCT (0), REPEATS (1)
 # needs: redis-server, redis-cli, redis-benchmark on PATH (or REDIS_SERVER, REDIS_CLI,
 #        REDIS_BENCHMARK). The ARGV layout follows the header of lua/rate_limit.lua
 #        (as src/store/redis_script.cpp builds it).
@@ -33,6 +37,8 @@ scripts=("$@")
 [[ ${#scripts[@]} -gt 0 ]] || scripts=("$here/lua/rate_limit.lua")
 N=${N:-20000}
 BATCH=${BATCH:-1}
+DISTINCT=${DISTINCT:-0}
+REPEATS=${REPEATS:-1}
 RUNS=${RUNS:-5}
 CLIENTS=${CLIENTS:-16}
 PIPELINE=${PIPELINE:-16}
@@ -95,13 +101,14 @@ declare -A scen=(
 order=(fixed fixed+sliding default gcra log reject)
 [[ -n ${SCENARIOS:-} ]] && read -r -a order <<<"$SCENARIOS"
 
-key='bench:{ip:00112233445566778899aabbccddeeff}'
-# CALL: the EVALSHA of script $1 for one identifier with the tiers named by $2...
-call() {
-    local sha=$1
-    shift
+# the identifier's HASH (copy c of a DISTINCT batch: its own)
+key_of() { echo "bench:{ip:00112233445566778899aabbccddee$(printf '%02x' "$1")}"; }
+# one_call SHA KEY TIER...: sets keys, argv and CALL, the EVALSHA of one identifier
+one_call() {
+    local sha=$1 key=$2
+    shift 2
     keys=("$key")
-    local -a argv=("" 1 1 "$#")
+    argv=("" 1 1 "$#")
     local name
     for name in "$@"; do
         local -n t=$name
@@ -109,11 +116,26 @@ call() {
         [[ ${t[0]} == l ]] && keys+=("$key:log:${t[10]}")
     done
     CALL=(EVALSHA "$sha" "${#keys[@]}" "${keys[@]}" "${argv[@]}")
-    # RUN: what the benchmark sends (CALL, or BATCH copies of it in one batch call)
+    # for warm: the call as one line, its time override (ARGV[1]) a word T
+    CALLS+=("EVALSHA $sha ${#keys[@]} ${keys[*]} T ${argv[*]:1}")
+}
+# call SHA TIER...: CALLS, the EVALSHA of each identifier the benchmark uses (to warm), and
+# RUN, what it sends (that call, or BATCH copies of it in one batch call)
+call() {
+    local sha=$1 c
+    shift
+    CALLS=()
+    one_call "$sha" "$(key_of 0)" "$@"
     RUN=("${CALL[@]}")
     if ((BATCH > 1)); then
         local -a bkeys=() bargv=("" batch "$BATCH")
-        for _ in $(seq 1 "$BATCH"); do
+        for ((c = 0; c < BATCH; c++)); do
+            if ((DISTINCT && c > 0)); then
+                one_call "$sha" "$(key_of "$c")" "$@"
+            elif ((REPEATS && c > 0)); then
+                bargv+=(=)
+                continue
+            fi
             bkeys+=("${keys[@]}")
             bargv+=(- "${argv[@]:1}")
         done
@@ -129,10 +151,13 @@ warm() {
         for k in $(seq 59 -1 1); do echo $((t0 - k * 60000000)); done
         for k in $(seq 9 -1 1); do echo $((t0 - k * 6000000)); done
         for k in $(seq 9 -1 1); do echo $((t0 - k * 100000)); done
-    } | sort -n | while read -r t; do  # ascending: the key's last time only grows
-        local -a w=("${CALL[@]}")
-        w[$((3 + ${#keys[@]}))]=$t
-        echo "${w[*]}"
+    } | sort -n | while read -r t; do  # ascending: a key's last time only grows
+        local one
+        for one in "${CALLS[@]}"; do
+            local -a w=($one)
+            w[$((3 + w[2]))]=$t
+            echo "${w[*]}"
+        done
     done | cli >/dev/null
 }
 
@@ -151,8 +176,8 @@ for s in "${order[@]}"; do
 done
 
 for i in "${!scripts[@]}"; do echo "script $i: ${scripts[$i]}"; done
-printf '%-14s %-6s %8s %8s %8s   (N=%d, -c %d -P %d, BATCH %d, median of %d runs; µs per decision)\n' \
-    scenario script evalsha inner rest "$N" "$CLIENTS" "$PIPELINE" "$BATCH" "$RUNS"
+printf '%-14s %-6s %8s %8s %8s   (N=%d, -c %d -P %d, BATCH %d, DISTINCT %d, median of %d runs; µs per decision)\n' \
+    scenario script evalsha inner rest "$N" "$CLIENTS" "$PIPELINE" "$BATCH" "$DISTINCT" "$RUNS"
 for s in "${order[@]}"; do
     declare -A per=() inn=()
     for _ in $(seq 1 "$RUNS"); do

@@ -38,35 +38,49 @@
 --     concurrency     "<lease id>:<expiry>," per request in flight, oldest first
 -- A commit keeps each key alive for its longest horizon past max(time used, clock); a TTL
 -- only grows, and when it must, with horizon / 8 of slack, so that a busy key is not
--- extended on every request.
+-- extended on every request. A batch writes a HASH once, at its end: one HSET of every field
+-- its commits changed (its requests on one key read the ones before them from the script's
+-- memory).
 --
--- Cost (this runs on every request; bench/lua_bench.sh measures it): redis.call is dearest,
--- then allocations (strings, tables, and closures: every `local function` below is made
--- anew on each call, and each local of this chunk it captures is one more object), then
--- number <-> string conversions and pattern matches. So the functions take values, not
--- tables, and capture nothing (they reach library functions through the globals); steps of
--- a few lines (gcra's commit, the min_interval check, a TTL's extension) are written where
--- they are used; an ARGV number is converted where it is used, common values ("0", "1")
--- compared as strings first; a stored string is reused where it can be (a field's <last>
--- is most often "@t"); numbers are written with string.format('%d') (`..` of a number is
--- %.14g). Every number here is an integer below 2^53, so a % b is exact and
--- (a - a % b) / b is floor division, without math.floor's C call.
+-- Cost (this runs on every request; bench/lua_bench.sh measures it): redis.call is dearest, then
+-- allocations (strings, tables, and closures: every `local function` below is made anew on each
+-- call, and each local of this chunk it captures is one more object), then number <-> string
+-- conversions and pattern matches. So the functions take values, not tables, and capture nothing
+-- but read_field (they reach library functions through the globals); steps of a few lines (gcra's
+-- commit, the min_interval check, a TTL's extension) are written where they are used; an ARGV
+-- number is converted where it is used, common values ("0", "1") compared as strings first; a
+-- stored string is reused where it can be (a field's <last> is most often "@t"); numbers are
+-- written with string.format('%d') (`..` of a number is %.14g). Every number here is an integer
+-- below 2^53, so a % b is exact and (a - a % b) / b is floor division, without math.floor's C call.
+
+-- A field of `hash` that this batch may have committed (c: the fields known, see "Fields"
+-- below; nil outside a batch), read only if it is not known yet; a missing field reads as ''.
+local function read_field(c, hash, f)
+    local v = c and c[f]
+    if not v then
+        v = redis.call('HGET', hash, f) or ''
+        if c then
+            c[f] = v
+        end
+    end
+    return v
+end
 
 -- fixed and sliding: `nb` buckets of `bucket` µs, numbered in time shifted by `off` (so
 -- fixed windows follow the clock of UTC + off); the window at `at` is the bucket holding `at` and
 -- the nb - 1 before it, and a bucket with index i counts until (i + nb) * bucket - off.
 -- For a calendar month tier, month_of and month_start (below) are passed: a bucket is then
 -- a calendar month of the shifted time (nb is 1).
--- v is the tier's head field (see the header), t_s and t the key's "@t" as stored and as a
--- number. The older buckets are read (HGET of "<id>|o" of `hash`) only when the window moved
--- past the newest bucket or a denial must find when the request fits: most requests touch the
--- head alone. With `soon` (its min_interval not yet passed) an admissible request reports the
--- quota as it stands, as decide.cpp's check with cost 0 does. Returns ok, remaining, reset,
+-- v is the tier's head field (see the header), t_s and t the key's "@t" as stored and as a number.
+-- The older buckets are read (field "<id>|o" of `hash`, c its fields: read_field) only when the
+-- window moved past the newest bucket or a denial must find when the request fits: most requests
+-- touch the head alone. With `soon` (its min_interval not yet passed) an admissible request reports
+-- the quota as it stands, as decide.cpp's check with cost 0 does. Returns ok, remaining, reset,
 -- admit_at, then what commit_buckets needs if the request is to be committed (admitted, or
--- `always`): the total and the newest count a commit leaves, the index of the oldest older
--- bucket, and the older buckets to write ("<index>:<count>," each, oldest first; nil: the
--- stored ones stand), and last the older field as it was read (nil: not read).
-local function check_buckets(v, hash, id, t_s, t, at, cost, soon, always, lim, bucket, nb, hz, off,
+-- `always`): the total and the newest count a commit leaves, the index of the oldest older bucket,
+-- and the older buckets to write ("<index>:<count>," each, oldest first; nil: the stored ones
+-- stand), and last the older field as it was read (nil: not read).
+local function check_buckets(v, c, hash, id, t_s, t, at, cost, soon, always, lim, bucket, nb, hz, off,
                               month_of, month_start)
     local sa = at + off  -- in shifted time: a reset is a difference, the same in both
     local cur
@@ -116,7 +130,7 @@ local function check_buckets(v, hash, id, t_s, t, at, cost, soon, always, lim, b
                     count = nw + 0
                 else
                     if not src then
-                        read = redis.call('HGET', hash, id .. '|o') or ''
+                        read = read_field(c, hash, id .. '|o')
                         src, q = read, 1
                     end
                     local find, sub = string.find, string.sub
@@ -192,7 +206,7 @@ local function check_buckets(v, hash, id, t_s, t, at, cost, soon, always, lim, b
             if tot == '' then
                 src = ''
             else
-                read = redis.call('HGET', hash, id .. '|o') or ''
+                read = read_field(c, hash, id .. '|o')
                 src = read
             end
             q = 1
@@ -525,14 +539,25 @@ end
 --   'q' checks only: nothing is written.
 -- Batch: with ARGV[2] == 'batch', ARGV[3] requests follow, each as flag ('-' for none, 'p'
 -- or 'q'), cost, number of identifiers, identifiers; KEYS holds their keys in the same order.
+-- A request the same as the last one written out in full (flag, cost, identifiers, tiers, and
+-- lease) is the single argument '=', with no KEYS: one client's burst costs one layout.
 -- Each is decided in turn, as its own call would be right after the one before it (but all
 -- at one reading of TIME), and the reply is the list of their replies. A batch is for one
 -- node: a cluster sends one call per identifier. Its layout (counts, flags, algorithms, the
 -- divisors) is checked first: a batch laid out wrong is refused whole, nothing written. (A
 -- word where a number goes still fails only where it is met: the store formats every number.)
 
+-- Fields, in a batch: a HASH that more than one of its requests use is read once and written
+-- once. known[hash] is true for such a HASH until it is read, then holds every field of it
+-- the batch read or committed, as it now stands (false: none), so that a request reads the
+-- commits of the ones before it without asking Redis; dirty[hash] the set of those committed,
+-- written at the end (touched: those HASHes in the order first committed to). A HASH used
+-- once (known[hash] false), or a single call's, is read and written directly: these tables
+-- would cost it more than they save.
+local known, dirty, touched
 local batch, nreq, r0  -- r0: the ARGV index of the request's cost
 if ARGV[2] == 'batch' then
+    known, dirty, touched = {}, {}, {}
     nreq = tonumber(ARGV[3])
     if not nreq then
         return redis.error_reply(ERR .. 'bad batch size')
@@ -541,20 +566,36 @@ if ARGV[2] == 'batch' then
     -- The batch's layout is checked before anything is written, so that one laid out wrong is
     -- refused whole (a request's commit cannot be taken back once the next one fails).
     local a, k = 4, 1
+    local pk  -- the KEYS index of the last request written out in full
     for _ = 1, nreq do
         local f = ARGV[a]
-        if not (f == '-' or f == 'p' or f == 'q') then
+        if f == '=' then
+            if not pk then
+                return redis.error_reply(ERR .. 'a repeat with no request before it')
+            end
+            for x = pk, k - 1 do
+                known[KEYS[x]] = true  -- its HASHes are used again (its ZSETs marked too: unread)
+            end
+            a = a + 1
+        elseif not (f == '-' or f == 'p' or f == 'q') then
             return redis.error_reply(ERR .. 'bad flag in a batch')
         end
-        local ids = tonumber(ARGV[a + 2])
-        if not tonumber(ARGV[a + 1]) or not ids or ids < 0 or ids % 1 ~= 0 then
-            return redis.error_reply(ERR .. 'bad cost or key count')
+        local ids = 0
+        if f ~= '=' then
+            pk, ids = k, tonumber(ARGV[a + 2])
+            if not tonumber(ARGV[a + 1]) or not ids or ids < 0 or ids % 1 ~= 0 then
+                return redis.error_reply(ERR .. 'bad cost or key count')
+            end
+            a = a + 3
         end
-        a = a + 3
         for _ = 1, ids do
             local n = tonumber(ARGV[a])
             if not n or n < 0 or n % 1 ~= 0 or not ARGV[a + 11 * n] then
                 return redis.error_reply(ERR .. 'bad tier count')
+            end
+            local h = KEYS[k]
+            if h then
+                known[h] = known[h] ~= nil
             end
             k = k + 1
             for j = 1, n do
@@ -608,13 +649,20 @@ local k0 = 1  -- the request's first KEYS index
 -- `pending` (one table per call is spared in the common case of one identifier)
 local hash, at, at_s, e_s, horizon, n, has_log, has_lease, vals, a0, extra
 local pending
+local p0, pk0  -- the last request written out in full: its r0 and k0 (a repeat reads them)
 -- Made by the first month tier of a call only: a function of this chunk is built anew on
 -- every call, whether used or not.
 local month_of, month_start
 for req = 1, nreq do
-    local flag
+    local flag, next_r0, next_k0  -- after a repeat: where the next request starts
     if batch then
         flag = ARGV[r0 - 1]  -- (checked above)
+        if flag == '=' then
+            next_r0, next_k0, r0, k0 = r0 + 1, k0, p0, pk0
+            flag = ARGV[r0 - 1]
+        else
+            p0, pk0 = r0, k0
+        end
     else
         flag = ARGV[#ARGV]
     end
@@ -660,16 +708,50 @@ for req = 1, nreq do
                 return redis.error_reply(ERR .. 'bad tier count')
             end
             k = k + 1
-            if n == 1 then
-                vals = call('HMGET', hash, '@t', '@e', ARGV[a + 11])
-            elseif n == 2 then
-                vals = call('HMGET', hash, '@t', '@e', ARGV[a + 11], ARGV[a + 22])
-            else
-                local fields = { '@t', '@e' }
+            -- "@t", "@e" and the tiers' fields: from `known` if the batch has seen them all
+            local c = known and known[hash]
+            vals = nil
+            if c and c ~= true then
+                vals = { c['@t'], c['@e'] }
                 for j = 1, n do
-                    fields[j + 2] = ARGV[a + 11 * j]
+                    local v = c[ARGV[a + 11 * j]]
+                    if v == nil then
+                        vals = nil
+                        break
+                    end
+                    vals[j + 2] = v
                 end
-                vals = call('HMGET', hash, unpack(fields))
+            end
+            if not vals then
+                if n == 1 then
+                    vals = call('HMGET', hash, '@t', '@e', ARGV[a + 11])
+                elseif n == 2 then
+                    vals = call('HMGET', hash, '@t', '@e', ARGV[a + 11], ARGV[a + 22])
+                else
+                    local fields = { '@t', '@e' }
+                    for j = 1, n do
+                        fields[j + 2] = ARGV[a + 11 * j]
+                    end
+                    vals = call('HMGET', hash, unpack(fields))
+                end
+                -- a field known is newer than the one stored (written later, at the end)
+                if c == true then
+                    c = { ['@t'] = vals[1], ['@e'] = vals[2] }
+                    known[hash] = c
+                elseif c then
+                    vals[1], vals[2] = c['@t'], c['@e']
+                end
+                if c then
+                    for j = 1, n do
+                        local f = ARGV[a + 11 * j]
+                        local v = c[f]
+                        if v == nil then
+                            c[f] = vals[j + 2]
+                        else
+                            vals[j + 2] = v
+                        end
+                    end
+                end
             end
             -- the key's clock never goes back before its "@t"
             local t_s = vals[1]
@@ -789,7 +871,7 @@ for req = 1, nreq do
                     local id = ARGV[a + 11]
                     local total, newest, first, older, read
                     ok, remaining, reset, admit_at, total, newest, first, older, read =
-                        check_buckets(v, hash, id, t_s, t, at, cost, soon, always, ARGV[a + 2] + 0, bucket, nb, hz,
+                        check_buckets(v, c, hash, id, t_s, t, at, cost, soon, always, ARGV[a + 2] + 0, bucket, nb, hz,
                                       off, mo, ms)
                     if total then
                         value = commit_buckets(at_s, total, newest, first, older)
@@ -801,7 +883,7 @@ for req = 1, nreq do
                             extra[#extra + 1] = older
                             if record then
                                 xrec[#xrec + 1] = of
-                                xrec[#xrec + 1] = read or call('HGET', hash, of) or ''
+                                xrec[#xrec + 1] = read or read_field(c, hash, of)
                                 xrec[#xrec + 1] = older
                             end
                         end
@@ -936,7 +1018,28 @@ for req = 1, nreq do
                 if not e_s or e_s + 0 < need then
                     e = fmt('%d', need + (horizon - horizon % 8000) / 8000)
                 end
-                if not e and not extra and n == 1 then
+                local c = known and known[hash]
+                if c then
+                    local w = dirty[hash]
+                    if not w then
+                        w = {}
+                        dirty[hash] = w
+                        touched[#touched + 1] = hash
+                    end
+                    c['@t'], w['@t'] = at_s, true
+                    for j = 1, n do
+                        local f = ARGV[a0 + 11 * j]
+                        c[f], w[f] = vals[j + 2], true
+                    end
+                    if extra then
+                        for x = 1, #extra, 2 do
+                            c[extra[x]], w[extra[x]] = extra[x + 1], true
+                        end
+                    end
+                    if e then
+                        c['@e'], w['@e'] = e, true
+                    end
+                elseif not e and not extra and n == 1 then
                     call('HSET', hash, '@t', at_s, ARGV[a0 + 11], vals[3])
                 elseif not e and not extra and n == 2 then
                     call('HSET', hash, '@t', at_s, ARGV[a0 + 11], vals[3], ARGV[a0 + 22], vals[4])
@@ -980,13 +1083,32 @@ for req = 1, nreq do
             o = o + 4
         end
     end
-    if not batch then
-        return out
+    if batch then
+        batch[req] = out
+        if next_r0 then
+            r0, k0 = next_r0, next_k0
+        else
+            r0, k0 = a + 1, k
+        end
     end
-    batch[req] = out
-    r0, k0 = a + 1, k
 end
-if r0 - 2 ~= #ARGV or k0 - 1 ~= #KEYS then
+if batch and (r0 - 2 ~= #ARGV or k0 - 1 ~= #KEYS) then
     return redis.error_reply(ERR .. 'argument count mismatch')
 end
-return batch
+
+-- A batch writes what its commits left: one HSET per HASH (then its new expiry), however
+-- many of its requests committed to it.
+for x = 1, touched and #touched or 0 do
+    local hash = touched[x]
+    local c, w = known[hash], dirty[hash]
+    local hset, h = {}, 0
+    for f in pairs(w) do
+        hset[h + 1], hset[h + 2] = f, c[f]
+        h = h + 2
+    end
+    call('HSET', hash, unpack(hset))
+    if w['@e'] then
+        call('PEXPIREAT', hash, c['@e'])  -- after HSET, which may have made the HASH
+    end
+end
+return batch or out

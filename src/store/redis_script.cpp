@@ -191,12 +191,27 @@ void emit_call(Sink& out, std::string_view sha, std::string_view key_prefix, con
     if (!flag_arg.empty()) out.arg(flag_arg);
 }
 
+// The request before it again (the same identifiers and tiers, cost, flag and lease): a batch
+// sends it as "=", without its keys and arguments.
+bool repeats(const limit::check_request& r, const limit::check_request& before) {
+    return r.cost == before.cost && r.count_rejected == before.count_rejected && r.lease == before.lease &&
+           std::equal(r.keys.begin(), r.keys.end(), before.keys.begin(), before.keys.end(),
+                      [](const limit::store_key& a, const limit::store_key& b) {
+                          return a.kind == b.kind && a.id == b.id && a.tiers.data() == b.tiers.data() &&
+                                 a.tiers.size() == b.tiers.size();
+                      });
+}
+
 template <class Sink>
 void emit_batch(Sink& out, std::string_view sha, std::string_view key_prefix,
                 std::span<const limit::check_request* const> rs, std::optional<limit::usec> now_override) {
     std::size_t numkeys = 0, args = 0;
-    for (const auto* r : rs) {
-        const auto [keys, n] = call_size(*r);
+    for (std::size_t i = 0; i < rs.size(); ++i) {
+        if (i > 0 && repeats(*rs[i], *rs[i - 1])) {
+            ++args;
+            continue;
+        }
+        const auto [keys, n] = call_size(*rs[i]);
         numkeys += keys;
         args += 1 + n;  // its flag, then its part
     }
@@ -204,13 +219,18 @@ void emit_batch(Sink& out, std::string_view sha, std::string_view key_prefix,
     out.arg("EVALSHA");
     out.arg(sha);
     out.number(static_cast<std::int64_t>(numkeys));
-    for (const auto* r : rs) emit_keys(out, key_prefix, *r);
+    for (std::size_t i = 0; i < rs.size(); ++i)
+        if (i == 0 || !repeats(*rs[i], *rs[i - 1])) emit_keys(out, key_prefix, *rs[i]);
     emit_time(out, now_override);
     out.arg("batch");
     out.number(static_cast<std::int64_t>(rs.size()));
-    for (const auto* r : rs) {
-        out.arg(r->count_rejected ? "p" : "-");
-        emit_request(out, *r);
+    for (std::size_t i = 0; i < rs.size(); ++i) {
+        if (i > 0 && repeats(*rs[i], *rs[i - 1])) {
+            out.arg("=");
+            continue;
+        }
+        out.arg(rs[i]->count_rejected ? "p" : "-");
+        emit_request(out, *rs[i]);
     }
 }
 

@@ -965,7 +965,7 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
     };
     const std::vector<algorithm> algos{algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log,
                                        algorithm::concurrency};
-    std::size_t requests = 0, denials = 0, batches = 0;
+    std::size_t requests = 0, denials = 0, batches = 0, repeats = 0;
     std::uint64_t next_lease = 1;
     for (int trace = 0; trace < 6; ++trace) {
         std::vector<policy> policies(2);
@@ -981,12 +981,17 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
         usec t = future_t0() + trace * 7 * MS;
         for (int round = 0; round < 150; ++round) {
             t += pick(0, 150 * MS);
-            // Requests of one batch share few identifiers, so that one sees another's commit.
+            // Requests of one batch share few identifiers, so that one sees another's commit;
+            // some are the one before again (a client's burst: sent as "=").
             const auto m = static_cast<std::size_t>(pick(1, 6));
             std::vector<std::vector<limit::store_key>> keys(m);
             std::vector<limit::check_request> rq;
             rq.reserve(m);
             for (std::size_t i = 0; i < m; ++i) {
+                if (i > 0 && rq.back().lease == 0 && pick(1, 100) <= 30) {
+                    rq.push_back(rq.back());
+                    continue;
+                }
                 const auto& p = policies[static_cast<std::size_t>(pick(0, 1))];
                 keys[i].push_back({'i', digest_of(static_cast<unsigned>(pick(0, 1))), p.ip});
                 if (!p.user.empty() && pick(0, 1)) keys[i].push_back({'u', digest_of(0), p.user});
@@ -1007,6 +1012,7 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
             std::vector<std::string> argv;
             rs::build_batch(argv, h.sha, h.prefix, ptrs, t);
             REQUIRE(command == sluice::store::format_command(argv));
+            repeats += static_cast<std::size_t>(std::count(argv.begin(), argv.end(), "="));
             REQUIRE(redisAppendFormattedCommand(srv.ctx(), command.data(), command.size()) == REDIS_OK);
             void* raw = nullptr;
             REQUIRE(redisGetReply(srv.ctx(), &raw) == REDIS_OK);
@@ -1028,16 +1034,19 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
             ++batches;
         }
     }
-    std::printf("test_redis_script (batch): %zu requests in %zu batches, %zu denials\n", requests, batches, denials);
+    std::printf("test_redis_script (batch): %zu requests in %zu batches, %zu denials, %zu sent as repeats\n", requests,
+                batches, denials, repeats);
     CHECK(denials > requests / 10);
+    CHECK(repeats > requests / 20);  // a request like the one before it is sent as "="
+    CHECK(repeats < requests / 2);
     CHECK(denials < requests * 19 / 20);
 
     // The script refuses a batch laid out wrong as a whole, before the first request writes:
     // every request gets the error, and nothing is written.
     const std::vector<limit::tier> good{make_tier(algorithm::fixed, 5, 1'000, 0, 0, "malformed")};
-    const std::vector<limit::store_key> first{{'i', digest_of(7), good}};
-    const limit::check_request one{first, 1, false, 0};
-    const std::vector<const limit::check_request*> two{&one, &one};
+    const std::vector<limit::store_key> first{{'i', digest_of(7), good}}, second{{'i', digest_of(8), good}};
+    const limit::check_request one{first, 1, false, 0}, other{second, 1, false, 0};
+    const std::vector<const limit::check_request*> two{&one, &other};
     std::vector<std::string> bad;
     rs::build_batch(bad, h.sha, h.prefix, two, future_t0());
     bad[bad.size() - 11] = "x";  // the second request's tier: an unknown algorithm
