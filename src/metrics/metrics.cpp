@@ -97,7 +97,8 @@ void registry::add_redis(std::vector<const redis_counters*> stores, std::functio
             "Socket writes to Redis; commands_total / writes_total is the pipelining factor.", MetricType::Counter,
             sum(&rc::writes));
         add("sluice_redis_checks_total",
-            "Rate-limit checks sent to one Redis node; checks_total / commands_total is the checks per EVALSHA.",
+            "Rate-limit checks sent in batches (one node; a cluster: those with one identifier); checks_total / "
+            "commands_total is the checks per EVALSHA.",
             MetricType::Counter, sum(&rc::checks));
         add("sluice_redis_deny_cache_hits_total", "Requests answered 429 by a worker's local deny cache.",
             MetricType::Counter, sum(&rc::deny_cache_hits));

@@ -74,9 +74,9 @@ void redis_cluster::want_refresh() {
     wake_.cancel();
 }
 
-awaitable<redis_connection::result> redis_cluster::call(std::uint16_t slot, std::vector<std::string> argv,
-                                                        bool resend_on_noscript, redis_clock::time_point deadline) {
-    const std::string command = format_command(argv);
+awaitable<redis_connection::result> redis_cluster::call_formatted(std::uint16_t slot, std::string command,
+                                                                  bool resend_on_noscript,
+                                                                  redis_clock::time_point deadline) {
     std::int16_t asked = -1;  // after ASK: the node to ask
     redis_connection::result res{redis_connection::error::not_ready, nullptr};
     for (int attempt = 0; attempt <= max_redirects; ++attempt) {

@@ -3,7 +3,8 @@
 // the routing of a command to the node that serves its slot.
 //
 // Contract:
-//  - call() sends one command for one slot and answers by `deadline`, after following
+//  - call() sends one command for one slot (call_formatted: one written as RESP, every key of
+//    it in that slot) and answers by `deadline`, after following
 //    redirections: MOVED updates the map and resends (the command did not run there); ASK
 //    resends once to the target, after ASKING; three redirections at most. Any other
 //    reply, TRYAGAIN and CLUSTERDOWN included, is the caller's.
@@ -40,8 +41,13 @@ public:
     void start();
     void stop();
 
-    boost::asio::awaitable<redis_connection::result> call(std::uint16_t slot, std::vector<std::string> argv,
-                                                          bool resend_on_noscript, redis_clock::time_point deadline);
+    boost::asio::awaitable<redis_connection::result> call(std::uint16_t slot, const std::vector<std::string>& argv,
+                                                          bool resend_on_noscript, redis_clock::time_point deadline) {
+        return call_formatted(slot, format_command(argv), resend_on_noscript, deadline);
+    }
+    boost::asio::awaitable<redis_connection::result> call_formatted(std::uint16_t slot, std::string command,
+                                                                    bool resend_on_noscript,
+                                                                    redis_clock::time_point deadline);
 
     // Every slot has a node and every such node's connection is ready. Any thread.
     bool ready() const { return ready_.load(std::memory_order_acquire); }

@@ -12,6 +12,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <exception>
 
 namespace sluice::store {
@@ -130,7 +131,7 @@ boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_requ
         if (cluster_) {
             out = co_await decide_on_cluster(r, asked + conn_opts_.timeout);
         } else {
-            out = co_await decide_on_node(r);
+            out = co_await decide_batched(r, 0, asked + conn_opts_.timeout);
         }
         if (out.state == limit::check_result::status::error) {
             counters_->errors.add();
@@ -148,7 +149,9 @@ boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_requ
     co_return failed("redis store failure");
 }
 
-boost::asio::awaitable<limit::check_result> redis_store::decide_on_node(const limit::check_request& r) {
+boost::asio::awaitable<limit::check_result> redis_store::decide_batched(const limit::check_request& r,
+                                                                        std::uint16_t slot,
+                                                                        redis_clock::time_point deadline) {
     using error = redis_connection::error;
     limit::check_result out;
     if (batched_ >= conn_opts_.max_in_flight)
@@ -156,8 +159,10 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_on_node(const li
     // Counted out by the batch's leader once it has the reply. (A frame destroyed with its
     // io_context, the store perhaps gone before, touches nothing: no guard object here.)
     ++batched_;
-    if (open_batch_ && open_batch_->members.size() + 1 < max_batch) {
-        auto* b = open_batch_;
+    const auto open =
+        std::find_if(open_batches_.begin(), open_batches_.end(), [slot](const batch* b) { return b->slot == slot; });
+    if (open != open_batches_.end() && (*open)->members.size() + 1 < max_batch) {
+        auto* b = *open;
         try {
             co_await asio::async_initiate<const asio::use_awaitable_t<>&, void()>(
                 [b, &r, &out](auto handler) {
@@ -172,31 +177,42 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_on_node(const li
     }
 
     batch mine;
-    open_batch_ = &mine;
+    mine.slot = slot;
+    if (open != open_batches_.end())
+        *open = &mine;  // the full one is closed
+    else
+        open_batches_.push_back(&mine);
     std::exception_ptr yield_error;
     try {
         co_await asio::post(ex_, asio::use_awaitable);
     } catch (...) {
         yield_error = std::current_exception();
     }
-    if (open_batch_ == &mine) open_batch_ = nullptr;
+    std::erase(open_batches_, &mine);
     const std::size_t n = 1 + mine.members.size();
     std::vector<limit::check_result> results;  // the members', after the leader's
     if (!yield_error) {
         counters_->checks.add(n);
         try {
             out = redis_script::failure("redis store failure");  // unless replaced below
+            const std::string& sha = conn_ ? conn_->script_sha() : cluster_sha_;
             std::string command;
             std::vector<const limit::check_request*> requests;
             if (n == 1) {
-                command = redis_script::format_call(conn_->script_sha(), key_prefix_, r);
+                command = redis_script::format_call(sha, key_prefix_, r);
             } else {
                 requests.reserve(n);
                 requests.push_back(&r);
                 for (const auto& m : mine.members) requests.push_back(m.request);
-                command = redis_script::format_batch(conn_->script_sha(), key_prefix_, requests);
+                command = redis_script::format_batch(sha, key_prefix_, requests);
             }
-            auto reply = co_await conn_->call_formatted(std::move(command), true, false);
+            redis_connection::result reply;
+            // (Not a conditional expression: GCC 12 destroys a co_await's result twice there.)
+            if (conn_) {
+                reply = co_await conn_->call_formatted(std::move(command), true, false, deadline);
+            } else {
+                reply = co_await cluster_->call_formatted(slot, std::move(command), true, deadline);
+            }
             if (!reply.ok()) {
                 out = redis_script::failure(redis_connection::to_string(reply.failure));
                 results.assign(n, out);
@@ -279,7 +295,10 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_on_cluster(const
     namespace ex = asio::experimental;
     const std::size_t n = r.keys.size();
     using redis_script::call_flag;
-    if (n == 1) co_return co_await decide_part(r, 0, call_flag::none, nullptr, deadline);
+    // One identifier: batched with the turn's other checks of its slot.
+    if (n == 1)
+        co_return co_await decide_batched(r, cluster::key_slot(redis_script::key_name(key_prefix_, r.keys[0])),
+                                          deadline);
 
     // Every identifier at once, each on its own node (or pipelined on a shared one). A
     // count_rejected request is committed everywhere whatever the verdict: nothing to undo.

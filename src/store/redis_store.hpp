@@ -2,8 +2,9 @@
 // worker's pipelined connection (DESIGN.md, "Concurrency" and "Limits and the data model"):
 // on one node, one EVALSHA decides the checks asked during one turn of the worker's event
 // loop (up to max_batch), each in turn as its own call would. With store.type
-// redis-cluster, one EVALSHA per identifier (each is one hash slot), sent in parallel to
-// the nodes serving them; when one denies, the commits of the others are taken back
+// redis-cluster, one EVALSHA per identifier (each is one hash slot; the checks of one turn
+// with a single identifier are batched by slot), sent in parallel to the nodes serving
+// them; when one denies, the commits of the others are taken back
 // (redis_script::build_undo), so a denied request leaves every tier as it found it unless
 // the same identifier was admitted in between (then its cost stays counted:
 // under-admission, never over-admission).
@@ -90,8 +91,9 @@ private:
                                                             redis_script::call_flag flag,
                                                             redis_script::undo_record* undo,
                                                             redis_clock::time_point deadline);
-    // One node: joins the turn's batch, or leads it (see batch below).
-    boost::asio::awaitable<limit::check_result> decide_on_node(const limit::check_request& r);
+    // Joins the turn's batch for `slot` (one node: always 0), or leads it (see batch below).
+    boost::asio::awaitable<limit::check_result> decide_batched(const limit::check_request& r, std::uint16_t slot,
+                                                               redis_clock::time_point deadline);
     // Takes back identifier `key`'s commit `u`.
     boost::asio::awaitable<void> undo_part(limit::check_request r, std::size_t key, const redis_script::undo_record* u,
                                            redis_clock::time_point deadline);
@@ -108,19 +110,22 @@ private:
     limit::deny_cache cache_;
     // The batch of this turn: the first check of a turn leads it. It yields once (post), so
     // that the checks the rest of the turn asks join it, then sends them all as one EVALSHA
-    // and hands each its result. A check that finds it full leads the next.
+    // and hands each its result. A check that finds it full leads the next. On a cluster,
+    // a batch per hash slot (every key of an EVALSHA must lie in one slot): the checks of
+    // one identifier, or of identifiers that share a slot, with one identifier each.
     struct batch_member {
         const limit::check_request* request = nullptr;
         limit::check_result* out = nullptr;
         boost::asio::any_completion_handler<void()> wake;
     };
     struct batch {
+        std::uint16_t slot = 0;
         std::vector<batch_member> members;  // the leader's request is not among them
     };
     static constexpr std::size_t max_batch = 64;
-    batch* open_batch_ = nullptr;   // in its leader's coroutine frame
-    std::size_t batched_ = 0;       // checks in batches, open or sent, not answered (<= max_in_flight)
-    std::uint64_t generation_ = 0;  // bumped by on_reload(): a check begun before it caches nothing
+    std::vector<batch*> open_batches_;  // each in its leader's coroutine frame; one per slot
+    std::size_t batched_ = 0;           // checks in batches, open or sent, not answered (<= max_in_flight)
+    std::uint64_t generation_ = 0;      // bumped by on_reload(): a check begun before it caches nothing
 };
 
 }  // namespace sluice::store

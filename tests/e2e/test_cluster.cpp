@@ -7,9 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <latch>
 #include <map>
 #include <mutex>
 #include <random>
@@ -269,6 +271,47 @@ TEST_CASE("cluster: three gateways admit exactly the limit for identifiers on ev
         CAPTURE(port);
         CHECK_FALSE(c.keys(port, "sluice:{ip:*").empty());
     }
+}
+
+TEST_CASE("cluster: one identifier's checks asked together share an EVALSHA, and stay exact") {
+    cluster_nodes c(3, 0);
+    fleet f(1, cluster_yaml(c.ports[0], "2s", "policies:\n  p:\n    ip: [ {limit: 50, per: 1h} ]\n"));
+    constexpr int identities = 4, per_identity = 8, each = 10;
+    std::array<std::atomic<int>, identities> admitted{};
+    std::atomic<int> refused{0}, errors{0};
+    std::latch go(identities * per_identity + 1);
+    std::vector<std::thread> threads;
+    for (int c = 0; c < identities * per_identity; ++c)
+        threads.emplace_back([&, c] {
+            try {
+                connection conn("127.0.0.1", f.gateways[0]->port);
+                go.arrive_and_wait();  // every client sends its first request at once
+                for (int i = 0; i < each; ++i) {
+                    conn.send(make_request("GET", "/together", {{"X-Forwarded-For", client_ip(c % identities)}}));
+                    const auto status = conn.read_response().status;
+                    (status == 200   ? admitted[static_cast<std::size_t>(c % identities)]
+                     : status == 429 ? refused
+                                     : errors)++;
+                }
+            } catch (const std::exception&) {
+                ++errors;
+            }
+        });
+    go.arrive_and_wait();
+    for (auto& t : threads) t.join();
+    CHECK(errors == 0);
+    for (int id = 0; id < identities; ++id) {
+        CAPTURE(id);
+        CHECK(admitted[static_cast<std::size_t>(id)] == 50);
+    }
+    CHECK(refused == identities * (per_identity * each - 50));
+    // Checks of one slot went several to an EVALSHA: more checks than commands written, though
+    // the handshakes and slot map reads count as commands.
+    const double checks = f.metric_sum("sluice_redis_checks_total"),
+                 commands = f.metric_sum("sluice_redis_commands_total");
+    MESSAGE(checks, " checks in ", commands, " commands");
+    CHECK(checks > commands);
+    CHECK(f.metric_sum("sluice_redis_errors_total") == 0);
 }
 
 TEST_CASE("cluster: over TLS, identifiers on every primary are admitted exactly the limit") {
