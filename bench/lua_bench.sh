@@ -176,8 +176,8 @@ for s in "${order[@]}"; do
 done
 
 for i in "${!scripts[@]}"; do echo "script $i: ${scripts[$i]}"; done
-printf '%-14s %-6s %8s %8s %8s   (N=%d, -c %d -P %d, BATCH %d, DISTINCT %d, median of %d runs; µs per decision)\n' \
-    scenario script evalsha inner rest "$N" "$CLIENTS" "$PIPELINE" "$BATCH" "$DISTINCT" "$RUNS"
+printf '%-14s %-6s %8s %8s %8s   (N=%d, -c %d -P %d, BATCH %d, DISTINCT %d, REPEATS %d, median of %d runs; µs per decision)\n' \
+    scenario script evalsha inner rest "$N" "$CLIENTS" "$PIPELINE" "$BATCH" "$DISTINCT" "$REPEATS" "$RUNS"
 for s in "${order[@]}"; do
     declare -A per=() inn=()
     for _ in $(seq 1 "$RUNS"); do

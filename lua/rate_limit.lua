@@ -574,7 +574,10 @@ if ARGV[2] == 'batch' then
                 return redis.error_reply(ERR .. 'a repeat with no request before it')
             end
             for x = pk, k - 1 do
-                known[KEYS[x]] = true  -- its HASHes are used again (its ZSETs marked too: unread)
+                local h = KEYS[x]
+                if h then
+                    known[h] = true  -- its HASHes are used again (its ZSETs marked too: unread)
+                end
             end
             a = a + 1
         elseif not (f == '-' or f == 'p' or f == 'q') then
