@@ -531,7 +531,8 @@ start_contender_sluice_redis() {
 }
 
 # sluice-redis on a 3-primary Redis Cluster: one EVALSHA per identifier (here one: the
-# client address), routed by slot; redis-server CPU and commands summed over the nodes.
+# client address), routed by slot, the checks of one turn batched per slot (here all: one
+# client address); redis-server CPU and commands summed over the nodes.
 start_contender_sluice_cluster() {
   need_cluster sluice-cluster
   local seed=${CLUSTER_NODES%% *}

@@ -543,7 +543,7 @@ end
 -- lease) is the single argument '=', with no KEYS: one client's burst costs one layout.
 -- Each is decided in turn, as its own call would be right after the one before it (but all
 -- at one reading of TIME), and the reply is the list of their replies. A batch is for one
--- node: a cluster sends one call per identifier. Its layout (counts, flags, algorithms, the
+-- node, and on a cluster for one hash slot (single-identifier requests). Its layout (counts, flags, algorithms, the
 -- divisors) is checked first: a batch laid out wrong is refused whole, nothing written. (A
 -- word where a number goes still fails only where it is met: the store formats every number.)
 

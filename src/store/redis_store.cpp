@@ -159,10 +159,10 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_batched(const li
     // Counted out by the batch's leader once it has the reply. (A frame destroyed with its
     // io_context, the store perhaps gone before, touches nothing: no guard object here.)
     ++batched_;
-    const auto open =
-        std::find_if(open_batches_.begin(), open_batches_.end(), [slot](const batch* b) { return b->slot == slot; });
-    if (open != open_batches_.end() && (*open)->members.size() + 1 < max_batch) {
-        auto* b = *open;
+    const auto open = std::find_if(open_batches_.begin(), open_batches_.end(),
+                                   [slot](const open_batch& o) { return o.slot == slot; });
+    if (open != open_batches_.end() && open->b->members.size() + 1 < max_batch) {
+        auto* b = open->b;
         try {
             co_await asio::async_initiate<const asio::use_awaitable_t<>&, void()>(
                 [b, &r, &out](auto handler) {
@@ -177,18 +177,28 @@ boost::asio::awaitable<limit::check_result> redis_store::decide_batched(const li
     }
 
     batch mine;
-    mine.slot = slot;
-    if (open != open_batches_.end())
-        *open = &mine;  // the full one is closed
-    else
-        open_batches_.push_back(&mine);
+    if (open != open_batches_.end()) {
+        open->b = &mine;  // the full one is closed
+    } else {
+        try {
+            open_batches_.push_back({slot, &mine});
+        } catch (...) {
+            --batched_;
+            throw;
+        }
+    }
     std::exception_ptr yield_error;
     try {
         co_await asio::post(ex_, asio::use_awaitable);
     } catch (...) {
         yield_error = std::current_exception();
     }
-    std::erase(open_batches_, &mine);
+    const auto mine_at =
+        std::find_if(open_batches_.begin(), open_batches_.end(), [&mine](const open_batch& o) { return o.b == &mine; });
+    if (mine_at != open_batches_.end()) {
+        *mine_at = open_batches_.back();
+        open_batches_.pop_back();
+    }
     const std::size_t n = 1 + mine.members.size();
     std::vector<limit::check_result> results;  // the members', after the leader's
     if (!yield_error) {

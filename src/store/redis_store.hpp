@@ -119,13 +119,16 @@ private:
         boost::asio::any_completion_handler<void()> wake;
     };
     struct batch {
-        std::uint16_t slot = 0;
         std::vector<batch_member> members;  // the leader's request is not among them
     };
+    struct open_batch {
+        std::uint16_t slot = 0;
+        batch* b = nullptr;  // in its leader's coroutine frame
+    };
     static constexpr std::size_t max_batch = 64;
-    std::vector<batch*> open_batches_;  // each in its leader's coroutine frame; one per slot
-    std::size_t batched_ = 0;           // checks in batches, open or sent, not answered (<= max_in_flight)
-    std::uint64_t generation_ = 0;      // bumped by on_reload(): a check begun before it caches nothing
+    std::vector<open_batch> open_batches_;  // at most one per slot (one node: slot 0)
+    std::size_t batched_ = 0;               // checks in batches, open or sent, not answered (<= max_in_flight)
+    std::uint64_t generation_ = 0;          // bumped by on_reload(): a check begun before it caches nothing
 };
 
 }  // namespace sluice::store

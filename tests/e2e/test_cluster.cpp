@@ -281,15 +281,15 @@ TEST_CASE("cluster: one identifier's checks asked together share an EVALSHA, and
     std::atomic<int> refused{0}, errors{0};
     std::latch go(identities * per_identity + 1);
     std::vector<std::thread> threads;
-    for (int c = 0; c < identities * per_identity; ++c)
-        threads.emplace_back([&, c] {
+    for (int client = 0; client < identities * per_identity; ++client)
+        threads.emplace_back([&, client] {
             try {
                 connection conn("127.0.0.1", f.gateways[0]->port);
                 go.arrive_and_wait();  // every client sends its first request at once
                 for (int i = 0; i < each; ++i) {
-                    conn.send(make_request("GET", "/together", {{"X-Forwarded-For", client_ip(c % identities)}}));
+                    conn.send(make_request("GET", "/together", {{"X-Forwarded-For", client_ip(client % identities)}}));
                     const auto status = conn.read_response().status;
-                    (status == 200   ? admitted[static_cast<std::size_t>(c % identities)]
+                    (status == 200   ? admitted[static_cast<std::size_t>(client % identities)]
                      : status == 429 ? refused
                                      : errors)++;
                 }
