@@ -715,7 +715,7 @@ for req = 1, nreq do
             local c = known and known[hash]
             vals = nil
             if c and c ~= true then
-                vals = { c['@t'], c['@e'] }
+                vals = { c['@t'], c['@e'], nil, nil }  -- (sized for two tiers: no growing)
                 for j = 1, n do
                     local v = c[ARGV[a + 11 * j]]
                     if v == nil then
