@@ -18,7 +18,8 @@
 # then per decision (per EVALSHA / m). The m copies share the identifier (one client's burst:
 # each reads the commits of the ones before it from the script's memory; each after the first
 # is sent as "=", as the store sends a repeat, or with REPEATS=0 in full, as a script before
-# the "=" form needs), or with DISTINCT=1 each has its own (m clients), each warmed as below.
+# the "=" form needs), or with DISTINCT=1 each has its own (m clients, each after the first
+# sent as "~" and its keys, or in full with REPEATS=0), each warmed as below.
 #
 # With several scripts (e.g. the committed one and a candidate), their runs alternate,
 # script by script within each round, so that both see the same machine: on a shared
@@ -132,6 +133,11 @@ call() {
         for ((c = 0; c < BATCH; c++)); do
             if ((DISTINCT && c > 0)); then
                 one_call "$sha" "$(key_of "$c")" "$@"
+                if ((REPEATS)); then
+                    bkeys+=("${keys[@]}")
+                    bargv+=("~")
+                    continue
+                fi
             elif ((REPEATS && c > 0)); then
                 bargv+=(=)
                 continue

@@ -539,13 +539,15 @@ end
 --   'q' checks only: nothing is written.
 -- Batch: with ARGV[2] == 'batch', ARGV[3] requests follow, each as flag ('-' for none, 'p'
 -- or 'q'), cost, number of identifiers, identifiers; KEYS holds their keys in the same order.
--- A request the same as the last one written out in full (flag, cost, identifiers, tiers, and
--- lease) is the single argument '=', with no KEYS: one client's burst costs one layout.
--- Each is decided in turn, as its own call would be right after the one before it (but all
--- at one reading of TIME), and the reply is the list of their replies. A batch is for one
--- node, and on a cluster for one hash slot (single-identifier requests). Its layout (counts, flags, algorithms, the
--- divisors) is checked first: a batch laid out wrong is refused whole, nothing written. (A
--- word where a number goes still fails only where it is met: the store formats every number.)
+-- A request laid out as the one before it (flag, cost, kinds of identifiers, tiers, lease) is
+-- the single argument '~', its keys in KEYS as usual: its arguments are read where the last
+-- request written out in full has them (many clients under one policy cost one layout). The
+-- same with the same identifiers too is '=', with no KEYS (one client's burst). Each is decided
+-- in turn, as its own call would be right after the one before it (but all at one reading of
+-- TIME), and the reply is the list of their replies. A batch is for one node, and on a cluster
+-- for one hash slot (single-identifier requests). Its layout (counts, flags, algorithms, the
+-- divisors) is checked first: a batch laid out wrong is refused whole, nothing written. (A word
+-- where a number goes still fails only where it is met: the store formats every number.)
 
 -- Fields, in a batch: a HASH that more than one of its requests use is read once and written
 -- once. known[hash] is true for such a HASH until it is read, then holds every field of it
@@ -566,17 +568,23 @@ if ARGV[2] == 'batch' then
     -- The batch's layout is checked before anything is written, so that one laid out wrong is
     -- refused whole (a request's commit cannot be taken back once the next one fails).
     local a, k = 4, 1
-    local pk  -- the KEYS index of the last request written out in full
+    local pk, pn  -- the KEYS index and count of the request before (nil: none yet)
     for _ = 1, nreq do
         local f = ARGV[a]
-        if f == '=' then
+        if f == '=' or f == '~' then
             if not pk then
                 return redis.error_reply(ERR .. 'a repeat with no request before it')
             end
-            for x = pk, k - 1 do
+            if f == '~' then
+                pk, k = k, k + pn  -- its own keys, as many
+            end
+            -- (ZSETs marked too: never read from `known`)
+            for x = pk, pk + pn - 1 do
                 local h = KEYS[x]
-                if h then
-                    known[h] = true  -- its HASHes are used again (its ZSETs marked too: unread)
+                if h and f == '=' then
+                    known[h] = true  -- used again
+                elseif h then
+                    known[h] = known[h] ~= nil
                 end
             end
             a = a + 1
@@ -584,7 +592,7 @@ if ARGV[2] == 'batch' then
             return redis.error_reply(ERR .. 'bad flag in a batch')
         end
         local ids = 0
-        if f ~= '=' then
+        if f ~= '=' and f ~= '~' then
             pk, ids = k, tonumber(ARGV[a + 2])
             if not tonumber(ARGV[a + 1]) or not ids or ids < 0 or ids % 1 ~= 0 then
                 return redis.error_reply(ERR .. 'bad cost or key count')
@@ -620,6 +628,9 @@ if ARGV[2] == 'batch' then
             end
             a = a + 11 * n + 1
         end
+        if f ~= '=' and f ~= '~' then
+            pn = k - pk
+        end
     end
     if a - 1 ~= #ARGV or k - 1 ~= #KEYS then
         return redis.error_reply(ERR .. 'argument count mismatch')
@@ -652,7 +663,8 @@ local k0 = 1  -- the request's first KEYS index
 -- `pending` (one table per call is spared in the common case of one identifier)
 local hash, at, at_s, e_s, horizon, n, has_log, has_lease, vals, a0, extra
 local pending
-local p0, pk0  -- the last request written out in full: its r0 and k0 (a repeat reads them)
+local p0, pk0  -- the r0 of the last request written out in full, the k0 of the one before (a
+-- repeat reads them)
 -- Made by the first month tier of a call only: a function of this chunk is built anew on
 -- every call, whether used or not.
 local month_of, month_start
@@ -662,6 +674,9 @@ for req = 1, nreq do
         flag = ARGV[r0 - 1]  -- (checked above)
         if flag == '=' then
             next_r0, next_k0, r0, k0 = r0 + 1, k0, p0, pk0
+            flag = ARGV[r0 - 1]
+        elseif flag == '~' then
+            next_r0, pk0, r0 = r0 + 1, k0, p0  -- its own keys from k0 on; next_k0: where they end
             flag = ARGV[r0 - 1]
         else
             p0, pk0 = r0, k0
@@ -1089,7 +1104,7 @@ for req = 1, nreq do
     if batch then
         batch[req] = out
         if next_r0 then
-            r0, k0 = next_r0, next_k0
+            r0, k0 = next_r0, next_k0 or k
         else
             r0, k0 = a + 1, k
         end

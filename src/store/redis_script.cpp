@@ -191,46 +191,53 @@ void emit_call(Sink& out, std::string_view sha, std::string_view key_prefix, con
     if (!flag_arg.empty()) out.arg(flag_arg);
 }
 
-// The request before it again (the same identifiers and tiers, cost, flag and lease): a batch
-// sends it as "=", without its keys and arguments.
-bool repeats(const limit::check_request& r, const limit::check_request& before) {
-    return r.cost == before.cost && r.count_rejected == before.count_rejected && r.lease == before.lease &&
-           std::equal(r.keys.begin(), r.keys.end(), before.keys.begin(), before.keys.end(),
-                      [](const limit::store_key& a, const limit::store_key& b) {
-                          return a.kind == b.kind && a.id == b.id && a.tiers.data() == b.tiers.data() &&
-                                 a.tiers.size() == b.tiers.size();
-                      });
+// How a batch sends a request, given the one before it: in full; laid out the same (the same
+// kinds of identifiers with the same tiers, cost, flag and lease) as "~", its keys but not its
+// arguments; or the same identifiers too, as "=", neither.
+enum class form { full, same_layout, same };
+
+form form_of(const limit::check_request& r, const limit::check_request* before) {
+    if (!before || r.cost != before->cost || r.count_rejected != before->count_rejected || r.lease != before->lease ||
+        r.keys.size() != before->keys.size())
+        return form::full;
+    bool same_ids = true;
+    for (std::size_t i = 0; i < r.keys.size(); ++i) {
+        const auto &a = r.keys[i], &b = before->keys[i];
+        if (a.kind != b.kind || a.tiers.data() != b.tiers.data() || a.tiers.size() != b.tiers.size()) return form::full;
+        same_ids = same_ids && a.id == b.id;
+    }
+    return same_ids ? form::same : form::same_layout;
 }
 
 template <class Sink>
 void emit_batch(Sink& out, std::string_view sha, std::string_view key_prefix,
                 std::span<const limit::check_request* const> rs, std::optional<limit::usec> now_override) {
+    const auto form_at = [&rs](std::size_t i) { return form_of(*rs[i], i > 0 ? rs[i - 1] : nullptr); };
     std::size_t numkeys = 0, args = 0;
     for (std::size_t i = 0; i < rs.size(); ++i) {
-        if (i > 0 && repeats(*rs[i], *rs[i - 1])) {
-            ++args;
-            continue;
-        }
-        const auto [keys, n] = call_size(*rs[i]);
+        const form f = form_at(i);
+        const auto [keys, n] = f == form::same ? std::pair<std::size_t, std::size_t>{0, 0} : call_size(*rs[i]);
         numkeys += keys;
-        args += 1 + n;  // its flag, then its part
+        args += 1 + (f == form::full ? n : 0);  // its flag, then its part
     }
     out.count(3 + numkeys + 3 + args);
     out.arg("EVALSHA");
     out.arg(sha);
     out.number(static_cast<std::int64_t>(numkeys));
     for (std::size_t i = 0; i < rs.size(); ++i)
-        if (i == 0 || !repeats(*rs[i], *rs[i - 1])) emit_keys(out, key_prefix, *rs[i]);
+        if (form_at(i) != form::same) emit_keys(out, key_prefix, *rs[i]);
     emit_time(out, now_override);
     out.arg("batch");
     out.number(static_cast<std::int64_t>(rs.size()));
     for (std::size_t i = 0; i < rs.size(); ++i) {
-        if (i > 0 && repeats(*rs[i], *rs[i - 1])) {
-            out.arg("=");
-            continue;
+        switch (form_at(i)) {
+            case form::same: out.arg("="); break;
+            case form::same_layout: out.arg("~"); break;
+            case form::full:
+                out.arg(rs[i]->count_rejected ? "p" : "-");
+                emit_request(out, *rs[i]);
+                break;
         }
-        out.arg(rs[i]->count_rejected ? "p" : "-");
-        emit_request(out, *rs[i]);
     }
 }
 

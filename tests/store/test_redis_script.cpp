@@ -969,7 +969,8 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
     };
     const std::vector<algorithm> algos{algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log,
                                        algorithm::concurrency};
-    std::size_t requests = 0, denials = 0, batches = 0, repeats = 0, loose_requests = 0, loose_admitted = 0;
+    std::size_t requests = 0, denials = 0, batches = 0, repeats = 0, relayouts = 0, loose_requests = 0,
+                loose_admitted = 0;
     std::uint64_t next_lease = 1;
     usec t = future_t0();
     for (int trace = 0; trace < 8; ++trace) {
@@ -997,7 +998,8 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
             else
                 t += pick(0, 150 * MS);
             // Requests of one batch share few identifiers, so that one sees another's commit;
-            // some are the one before again (a client's burst: sent as "=").
+            // some are the one before again (a client's burst: sent as "="), some another
+            // client under the same policy (sent as "~").
             const auto m = static_cast<std::size_t>(pick(1, 6));
             std::vector<std::vector<limit::store_key>> keys(m);
             std::vector<limit::check_request> rq;
@@ -1005,6 +1007,12 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
             for (std::size_t i = 0; i < m; ++i) {
                 if (i > 0 && rq.back().lease == 0 && pick(1, 100) <= 30) {
                     rq.push_back(rq.back());
+                    continue;
+                }
+                if (i > 0 && rq.back().lease == 0 && pick(1, 100) <= 30) {
+                    keys[i].assign(rq.back().keys.begin(), rq.back().keys.end());
+                    keys[i][0].id = digest_of(static_cast<unsigned>(pick(0, 2)));
+                    rq.push_back({keys[i], rq.back().cost, rq.back().count_rejected, 0});
                     continue;
                 }
                 const auto& p = policies[static_cast<std::size_t>(pick(0, 1))];
@@ -1028,6 +1036,7 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
             rs::build_batch(argv, h.sha, h.prefix, ptrs, t);
             REQUIRE(command == sluice::store::format_command(argv));
             repeats += static_cast<std::size_t>(std::count(argv.begin(), argv.end(), "="));
+            relayouts += static_cast<std::size_t>(std::count(argv.begin(), argv.end(), "~"));
             REQUIRE(redisAppendFormattedCommand(srv.ctx(), command.data(), command.size()) == REDIS_OK);
             void* raw = nullptr;
             REQUIRE(redisGetReply(srv.ctx(), &raw) == REDIS_OK);
@@ -1061,20 +1070,22 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
         }
     }
     std::printf(
-        "test_redis_script (batch): %zu requests in %zu batches, %zu denials, %zu sent as repeats; loose "
-        "traces: %zu of %zu admitted\n",
-        requests, batches, denials, repeats, loose_admitted, loose_requests);
+        "test_redis_script (batch): %zu requests in %zu batches, %zu denials, %zu sent as \"=\" and %zu as \"~\"; "
+        "loose traces: %zu of %zu admitted\n",
+        requests, batches, denials, repeats, relayouts, loose_admitted, loose_requests);
     CHECK(denials > requests / 10);
     CHECK(loose_admitted > loose_requests / 2);
     CHECK(repeats > requests / 20);  // a request like the one before it is sent as "="
     CHECK(repeats < requests / 2);
+    CHECK(relayouts > requests / 20);  // another client under the policy before it: "~"
+    CHECK(relayouts < requests / 2);
     CHECK(denials < requests * 9 / 10);
 
     // The script refuses a batch laid out wrong as a whole, before the first request writes:
     // every request gets the error, and nothing is written.
     const std::vector<limit::tier> good{make_tier(algorithm::fixed, 5, 1'000, 0, 0, "malformed")};
     const std::vector<limit::store_key> first{{'i', digest_of(7), good}}, second{{'i', digest_of(8), good}};
-    const limit::check_request one{first, 1, false, 0}, other{second, 1, false, 0};
+    const limit::check_request one{first, 1, false, 0}, other{second, 2, false, 0};  // (another cost: in full)
     const std::vector<const limit::check_request*> two{&one, &other};
     std::vector<std::string> bad;
     rs::build_batch(bad, h.sha, h.prefix, two, future_t0());
