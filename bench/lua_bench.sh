@@ -18,7 +18,7 @@
 # then per decision (per EVALSHA / m). The m copies share the identifier (one client's burst:
 # each reads the commits of the ones before it from the script's memory; each after the first
 # is sent as "=", as the store sends a repeat, or with REPEATS=0 in full, as a script before
-# the "=" form needs), or with DISTINCT=1 each has its own (m clients, each after the first
+# the "=" and "~" forms needs), or with DISTINCT=1 each has its own (m clients, each after the first
 # sent as "~" and its keys, or in full with REPEATS=0), each warmed as below.
 #
 # With several scripts (e.g. the committed one and a candidate), their runs alternate,

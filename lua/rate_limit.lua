@@ -669,14 +669,16 @@ local p0, pk0  -- the r0 of the last request written out in full, the k0 of the 
 -- every call, whether used or not.
 local month_of, month_start
 for req = 1, nreq do
-    local flag, next_r0, next_k0  -- after a repeat: where the next request starts
+    -- after '=' or '~': where the next request's flag follows (its keys: from k on, where
+    -- this one's end; an '=' rereads the keys just before k0)
+    local flag, next_r0
     if batch then
         flag = ARGV[r0 - 1]  -- (checked above)
         if flag == '=' then
-            next_r0, next_k0, r0, k0 = r0 + 1, k0, p0, pk0
+            next_r0, r0, k0 = r0 + 1, p0, pk0
             flag = ARGV[r0 - 1]
         elseif flag == '~' then
-            next_r0, pk0, r0 = r0 + 1, k0, p0  -- its own keys from k0 on; next_k0: where they end
+            next_r0, pk0, r0 = r0 + 1, k0, p0  -- its own keys, from k0 on
             flag = ARGV[r0 - 1]
         else
             p0, pk0 = r0, k0
@@ -1104,7 +1106,7 @@ for req = 1, nreq do
     if batch then
         batch[req] = out
         if next_r0 then
-            r0, k0 = next_r0, next_k0 or k
+            r0, k0 = next_r0, k
         else
             r0, k0 = a + 1, k
         end
