@@ -4,10 +4,10 @@
 //
 // Contract:
 //  - call() sends one command for one slot (call_formatted: one written as RESP, every key of
-//    it in that slot) and answers by `deadline`, after following
-//    redirections: MOVED updates the map and resends (the command did not run there); ASK
-//    resends once to the target, after ASKING; three redirections at most. Any other
-//    reply, TRYAGAIN and CLUSTERDOWN included, is the caller's.
+//    it in that slot) and answers by `deadline`, after following redirections: MOVED
+//    updates the map and resends (the command did not run there); ASK resends once to the
+//    target, after ASKING; three redirections at most. Any other reply, TRYAGAIN and
+//    CLUSTERDOWN included, is the caller's.
 //  - The map is read (CLUSTER SLOTS, from any connected node, else from the seeds) at
 //    start, every 5 s, and soon after a MOVED or a failed call (at most every 200 ms).
 //  - Connections are never closed before stop(): a demoted or lost node reconnects in the

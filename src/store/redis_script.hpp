@@ -64,9 +64,8 @@ std::string format_call(std::string_view sha, std::string_view key_prefix, const
 // One EVALSHA that decides every request of `rs` in turn, each as its own call (flag none)
 // would (the script's batch mode: one TIME, one call's overhead). A request laid out as the
 // one before it (the same policy) is sent as "~" and its keys, one the same as the one before
-// it (a client's burst) as "=" alone. On one node the keys of a batch may lie
-// in any slot; on a cluster they must share one. build_batch appends the same as argv (for
-// tests).
+// it (a client's burst) as "=" alone. On one node the keys of a batch may lie in any slot; on
+// a cluster they must share one. build_batch appends the same as argv (for tests).
 std::string format_batch(std::string_view sha, std::string_view key_prefix,
                          std::span<const limit::check_request* const> rs,
                          std::optional<limit::usec> now_override = std::nullopt);
