@@ -1,5 +1,7 @@
 #include "store/redis_script.hpp"
 
+#include <boost/container/small_vector.hpp>
+
 #include <algorithm>
 #include <charconv>
 #include <utility>
@@ -212,10 +214,12 @@ form form_of(const limit::check_request& r, const limit::check_request* before) 
 template <class Sink>
 void emit_batch(Sink& out, std::string_view sha, std::string_view key_prefix,
                 std::span<const limit::check_request* const> rs, std::optional<limit::usec> now_override) {
-    const auto form_at = [&rs](std::size_t i) { return form_of(*rs[i], i > 0 ? rs[i - 1] : nullptr); };
+    boost::container::small_vector<form, 64> forms;  // (64: the store's largest batch)
+    forms.reserve(rs.size());
+    for (std::size_t i = 0; i < rs.size(); ++i) forms.push_back(form_of(*rs[i], i > 0 ? rs[i - 1] : nullptr));
     std::size_t numkeys = 0, args = 0;
     for (std::size_t i = 0; i < rs.size(); ++i) {
-        const form f = form_at(i);
+        const form f = forms[i];
         const auto [keys, n] = f == form::same ? std::pair<std::size_t, std::size_t>{0, 0} : call_size(*rs[i]);
         numkeys += keys;
         args += 1 + (f == form::full ? n : 0);  // its flag, then its part
@@ -225,12 +229,12 @@ void emit_batch(Sink& out, std::string_view sha, std::string_view key_prefix,
     out.arg(sha);
     out.number(static_cast<std::int64_t>(numkeys));
     for (std::size_t i = 0; i < rs.size(); ++i)
-        if (form_at(i) != form::same) emit_keys(out, key_prefix, *rs[i]);
+        if (forms[i] != form::same) emit_keys(out, key_prefix, *rs[i]);
     emit_time(out, now_override);
     out.arg("batch");
     out.number(static_cast<std::int64_t>(rs.size()));
     for (std::size_t i = 0; i < rs.size(); ++i) {
-        switch (form_at(i)) {
+        switch (forms[i]) {
             case form::same: out.arg("="); break;
             case form::same_layout: out.arg("~"); break;
             case form::full:

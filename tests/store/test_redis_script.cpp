@@ -1108,27 +1108,27 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
         REQUIRE(repeat_first->type == REDIS_REPLY_ERROR);
         CHECK(str(repeat_first.get()).find("a repeat with no request before it") != std::string::npos);
     }
-    const std::vector<const limit::check_request*> twice{&one, &one};
-    std::vector<std::string> keyless;
-    rs::build_batch(keyless, h.sha, h.prefix, twice, future_t0());
-    REQUIRE(keyless.back() == "=");
-    REQUIRE(keyless[2] == "1");
-    keyless[2] = "0";
-    keyless.erase(keyless.begin() + 3);  // the only key
-    auto missing = srv.cmd(keyless);
-    REQUIRE(missing->type == REDIS_REPLY_ERROR);
-    CHECK(str(missing.get()).find("argument count mismatch") != std::string::npos);
+    // A batch of `requests`, the last sent as `last_form`, with its last key taken out.
+    const auto without_last_key = [&](const std::vector<const limit::check_request*>& requests, const char* last_form) {
+        std::vector<std::string> argv;
+        rs::build_batch(argv, h.sha, h.prefix, requests, future_t0());
+        REQUIRE(argv.back() == last_form);
+        const auto numkeys = std::stoul(argv[2]);
+        REQUIRE(numkeys >= 1);
+        argv.erase(argv.begin() + static_cast<std::ptrdiff_t>(2 + numkeys));
+        argv[2] = std::to_string(numkeys - 1);
+        return srv.cmd(argv);
+    };
     const limit::check_request next_client{second, 1, false, 0};  // laid out as `one`: "~"
-    const std::vector<const limit::check_request*> two_clients{&one, &next_client};
-    std::vector<std::string> short_keys;
-    rs::build_batch(short_keys, h.sha, h.prefix, two_clients, future_t0());
-    REQUIRE(short_keys.back() == "~");
-    REQUIRE(short_keys[2] == "2");
-    short_keys[2] = "1";
-    short_keys.erase(short_keys.begin() + 4);  // the second request's key
-    auto short_reply = srv.cmd(short_keys);
-    REQUIRE(short_reply->type == REDIS_REPLY_ERROR);
-    CHECK(str(short_reply.get()).find("argument count mismatch") != std::string::npos);
+    // "=" brings no key: taking `one`'s leaves the repeat with none to reread.
+    for (const auto& [requests, form] :
+         {std::pair{std::vector<const limit::check_request*>{&one, &one}, "="},
+          std::pair{std::vector<const limit::check_request*>{&one, &next_client}, "~"}}) {
+        CAPTURE(form);
+        auto missing = without_last_key(requests, form);
+        REQUIRE(missing->type == REDIS_REPLY_ERROR);
+        CHECK(str(missing.get()).find("argument count mismatch") != std::string::npos);
+    }
     CHECK(srv.cmd({"EXISTS", rs::key_name(h.prefix, first[0])})->integer == 0);
 
     // Two clients, a burst of two each: each HASH is read once and written once.
