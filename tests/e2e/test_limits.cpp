@@ -87,8 +87,33 @@ routes:
     CHECK(body.at("retry_after").to_number<std::int64_t>() == retry);
     std::smatch m;
     auto field = r.header("RateLimit");
-    REQUIRE(std::regex_match(field, m, std::regex(R"re("ip-1h";r=0;t=(\d+))re")));
+    REQUIRE(std::regex_match(field, m, std::regex(R"re("ip-1h";r=0;t=(\d+), "ip-1m";r=\d+;t=\d+)re")));
     CHECK(std::stoll(m[1]) <= retry);
+}
+
+TEST_CASE("min_interval: Retry-After is the wait for the interval, not the window's reset; RateLimit lists each tier") {
+    limited_fixture f(R"(
+policies:
+  spaced:
+    ip: [ {limit: 100, per: 1m, min_interval: 1500ms}, {limit: 2, per: 250ms, algorithm: fixed} ]
+routes:
+  - { match: { path_prefix: / }, policy: spaced }
+)");
+    auto first = f.get("/a");
+    REQUIRE(first.status == 200);
+    // 250ms is no whole second: stated as the 8 per second it allows.
+    CHECK(first.header("RateLimit-Policy") == R"("ip-1m";q=100;w=60, "ip-250ms";q=8;w=1)");
+    auto r = f.get("/b");
+    REQUIRE(r.status == 429);
+    const auto retry = std::stoll(r.header("Retry-After"));
+    CHECK(retry >= 1);
+    CHECK(retry <= 2);  // 1.5 s after the first admission, rounded up (it said 57)
+    CHECK(json_of(r).at("retry_after").to_number<std::int64_t>() == retry);
+    // One item per tier, the refusing one first: the minute's t is still there to read.
+    std::smatch m;
+    const auto field = r.header("RateLimit");
+    REQUIRE(std::regex_match(field, m, std::regex(R"re("ip-1m";r=99;t=(\d+), "ip-250ms";r=(\d);t=(\d))re")));
+    CHECK(std::stoll(m[1]) > 50);
 }
 
 TEST_CASE("legacy rate-limit fields") {

@@ -3,6 +3,8 @@
 // microsecond values, no sleeping.
 #include "decide_support.hpp"
 
+#include "limit/headers.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -714,6 +716,44 @@ TEST_CASE("min_interval: at least that long between two admissions - retry exact
         CHECK(d.tiers[0].remaining == 98);
         CHECK(d.tiers[1].remaining == 0);
         CHECK(d.tightest() == &d.tiers[1]);
+    }
+}
+
+// Retry-After is what a client waits: for every algorithm, with and without min_interval,
+// the same request sent Retry-After whole seconds after a refusal passes, and Retry-After is
+// retry_after rounded up, not the quota's reset (issue 21: a min_interval refusal said 57 s
+// where 1.5 s was enough).
+TEST_CASE("Retry-After of every algorithm, with and without min_interval: the request passes then") {
+    const std::vector<std::pair<const char*, std::vector<tier_spec>>> cases = {
+        {"fixed", {fixed_spec(100, 60'000)}},
+        {"fixed, min_interval", {fixed_spec(100, 60'000, 1500)}},
+        {"sliding", {sliding_spec(5, 10'000, 1000)}},
+        {"sliding, min_interval", {sliding_spec(100, 60'000, 1000, 1500)}},
+        {"gcra", {gcra_spec(2, 3000, 1)}},
+        {"gcra, min_interval", {gcra_spec(100, 60'000, 10, 1500)}},
+        {"log", {log_spec(3, 5000)}},
+        {"log, min_interval", {log_spec(100, 60'000, 1500)}},
+    };
+    std::mt19937_64 rng(21);
+    for (const auto& [name, specs] : cases) {
+        CAPTURE(name);
+        key k(specs);
+        usec now = T0 + 123'456;
+        int refusals = 0;
+        for (int i = 0; i < 400; ++i) {
+            now += static_cast<usec>(rng() % (700 * MS));
+            auto d = run(k, now, 1);
+            if (d.allowed) continue;
+            ++refusals;
+            const std::int64_t s = retry_after_seconds(d);
+            CHECK(s == std::max<std::int64_t>(1, ceil_s(d.retry_after)));
+            CHECK(admits_on_copy(k, now + s * SEC));
+            CHECK(retry_problem(k, now, 1, d.retry_after) == "");
+            // A refusal by min_interval alone waits at most min_interval, however far the reset.
+            if (d.tiers[0].remaining > 0 && specs[0].min_interval_ms > 0)
+                CHECK(s <= ceil_s(specs[0].min_interval_ms * MS));
+        }
+        CHECK(refusals > 10);
     }
 }
 

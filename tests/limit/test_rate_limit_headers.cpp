@@ -1,5 +1,5 @@
 // Rate-limit response fields (limit/headers.hpp): draft-ietf-httpapi-ratelimit-headers
-// structured fields (RateLimit-Policy: every tier; RateLimit: the tightest), the legacy
+// structured fields (RateLimit-Policy and RateLimit: every tier, RateLimit's tightest first), the legacy
 // X-RateLimit-* trio, both, or none; and Retry-After's whole seconds.
 #include "limit/headers.hpp"
 
@@ -92,7 +92,7 @@ struct two_tiers {
 
 }  // namespace
 
-TEST_CASE("rate-limit fields, ietf: RateLimit-Policy lists every tier, RateLimit names the tightest") {
+TEST_CASE("rate-limit fields, ietf: RateLimit-Policy and RateLimit list every tier, RateLimit's tightest first") {
     two_tiers f;
     const auto fields = fields_of(f.d, style::ietf);
     const auto lines = lines_of(fields);
@@ -108,14 +108,16 @@ TEST_CASE("rate-limit fields, ietf: RateLimit-Policy lists every tier, RateLimit
     CHECK(policy[1].params == std::map<std::string, std::int64_t>{{"q", 240}, {"w", 3600}});
 
     const auto limit = parse_sf_list(lines.at("RateLimit"));
-    REQUIRE(limit.size() == 1);
+    REQUIRE(limit.size() == 2);
     CHECK(limit[0].name == "ip-1h");
     CHECK(limit[0].params == std::map<std::string, std::int64_t>{{"r", 1}, {"t", 1801}});
+    CHECK(limit[1].name == "ip-1s");
+    CHECK(limit[1].params == std::map<std::string, std::int64_t>{{"r", 3}, {"t", 1}});
 
     // The serialisation RFC 8941 gives (", " between members), as DESIGN.md shows it.
     CHECK(fields ==
           "RateLimit-Policy: \"ip-1s\";q=10;w=1, \"ip-1h\";q=240;w=3600\r\n"
-          "RateLimit: \"ip-1h\";r=1;t=1801\r\n");
+          "RateLimit: \"ip-1h\";r=1;t=1801, \"ip-1s\";r=3;t=1\r\n");
 }
 
 TEST_CASE("rate-limit fields: the tightest tier is the least remaining, ties broken by the longest reset") {
@@ -124,7 +126,7 @@ TEST_CASE("rate-limit fields: the tightest tier is the least remaining, ties bro
     d.tiers.push_back({&a, 1, 5, 2 * SEC, true});
     d.tiers.push_back({&b, 1, 5, 30 * SEC, true});
     auto limit = parse_sf_list(lines_of(fields_of(d, style::ietf)).at("RateLimit"));
-    REQUIRE(limit.size() == 1);
+    REQUIRE(limit.size() == 2);
     CHECK(limit[0].name == "user-1h");
     CHECK(limit[0].params.at("t") == 30);
 
@@ -142,7 +144,8 @@ TEST_CASE("rate-limit fields: rounding of w and t, and r never negative") {
     auto lines = lines_of(fields_of(d, style::ietf));
     auto policy = parse_sf_list(lines.at("RateLimit-Policy"));
     REQUIRE(policy.size() == 1);
-    CHECK(policy[0].params.at("w") == 2);  // 1.5 s rounds up
+    // 1.5 s is no whole second: stated over 3 s, which hold two windows
+    CHECK(policy[0].params == std::map<std::string, std::int64_t>{{"q", 14}, {"w", 3}});
     auto limit = parse_sf_list(lines.at("RateLimit"));
     CHECK(limit[0].params.at("r") == 0);
     CHECK(limit[0].params.at("t") == 1);  // 1 µs rounds up to a whole second
@@ -192,7 +195,7 @@ TEST_CASE("rate-limit fields: none, or a decision without tiers, adds nothing, f
     CHECK(out.rfind("Via: 1.1 sluice\r\nX-RateLimit-Limit: ", 0) == 0);
 }
 
-TEST_CASE("retry_after_seconds: the retry rounded up to whole seconds, at least 1, never before RateLimit's t") {
+TEST_CASE("retry_after_seconds: the retry rounded up to whole seconds, at least 1, whatever the quota's reset") {
     auto with = [](usec retry) {
         decision d;
         d.allowed = false;
@@ -206,16 +209,32 @@ TEST_CASE("retry_after_seconds: the retry rounded up to whole seconds, at least 
     CHECK(with(59 * SEC + 500'000) == 60);
     CHECK(with(0) == 1);  // a Retry-After of 0 would invite an immediate retry
 
-    // The tightest tier's reset, when later, wins: a client reading t must not be told less.
-    tier t = make_tier("ip-1m", 5, 60 * SEC);
+    // Refused by min_interval with quota left: the request passes in 1.5 s though the
+    // minute's quota resets in 57 s (issue 21: Retry-After said 57).
+    tier t = make_tier("ip-1m", 100, 60 * SEC);
     decision d;
     d.allowed = false;
-    d.retry_after = 500'000;
-    d.tiers.push_back({&t, 0, 0, 2'300'000, false});
-    CHECK(sluice::limit::retry_after_seconds(d) == 3);
-    d.tiers[0].reset = 100'000;
-    d.retry_after = 4 * SEC + 1;
-    CHECK(sluice::limit::retry_after_seconds(d) == 5);
+    d.retry_after = 1'500'000;
+    d.tiers.push_back({&t, 0, 99, 57 * SEC, false});
+    CHECK(sluice::limit::retry_after_seconds(d) == 2);
+}
+
+TEST_CASE("rate-limit fields: a window that is not whole seconds is stated truly in whole seconds") {
+    auto policy_of = [](std::int64_t limit, usec per) {
+        tier t = make_tier("t", limit, per);
+        decision d;
+        d.tiers.push_back({&t, 0, 0, 0, true});
+        auto p = parse_sf_list(lines_of(fields_of(d, style::ietf)).at("RateLimit-Policy"));
+        REQUIRE(p.size() == 1);
+        return std::pair{p[0].params.at("q"), p[0].params.at("w")};
+    };
+    CHECK(policy_of(2, 250'000) == std::pair<std::int64_t, std::int64_t>{8, 1});
+    CHECK(policy_of(1, 100'000) == std::pair<std::int64_t, std::int64_t>{10, 1});
+    CHECK(policy_of(5, 2'500'000) == std::pair<std::int64_t, std::int64_t>{10, 5});
+    CHECK(policy_of(10, 60 * SEC) == std::pair<std::int64_t, std::int64_t>{10, 60});
+    // 1.001 s: the common span (1001 s) is too long to state; the average rate over 2 s,
+    // rounded down, never promises more than the tier gives.
+    CHECK(policy_of(10, 1'001'000) == std::pair<std::int64_t, std::int64_t>{19, 2});
 }
 
 TEST_CASE("a concurrency tier: qu=\"concurrent-requests\" and no window, no reset and no Retry-After when it refuses") {
@@ -229,7 +248,7 @@ TEST_CASE("a concurrency tier: qu=\"concurrent-requests\" and no window, no rese
     d.tiers.push_back({&m, 0, 90, 20 * SEC, true});
     auto ietf = lines_of(fields_of(d, style::ietf));
     CHECK(ietf["RateLimit-Policy"] == "\"ip-concurrency\";q=2;qu=\"concurrent-requests\", \"ip-1m\";q=100;w=60");
-    CHECK(ietf["RateLimit"] == "\"ip-concurrency\";r=0");
+    CHECK(ietf["RateLimit"] == "\"ip-concurrency\";r=0, \"ip-1m\";r=90;t=20");
     auto legacy = lines_of(fields_of(d, style::legacy));
     CHECK(legacy["X-RateLimit-Limit"] == "2");
     CHECK(legacy["X-RateLimit-Remaining"] == "0");
@@ -254,5 +273,5 @@ TEST_CASE("a concurrency tier: qu=\"concurrent-requests\" and no window, no rese
     e.allowed = false;
     e.tiers.push_back({&c, 0, 0, 0, false});
     e.tiers.push_back({&s, 0, 0, SEC, true});
-    CHECK(lines_of(fields_of(e, style::ietf))["RateLimit"] == "\"ip-concurrency\";r=0");
+    CHECK(lines_of(fields_of(e, style::ietf))["RateLimit"] == "\"ip-concurrency\";r=0, \"ip-1s\";r=0;t=1");
 }
