@@ -5,6 +5,8 @@
 #include <boost/json/value.hpp>
 
 #include <charconv>
+#include <cstdio>
+#include <ctime>
 
 namespace sluice::http {
 
@@ -14,30 +16,58 @@ void append_number(std::string& out, std::uint64_t n) {
     out.append(buf, r.ptr);
 }
 
+void append_date(std::string& out) {
+    static constexpr const char* days[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static constexpr const char* months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                             "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    thread_local std::time_t cached_at = -1;
+    thread_local char text[48];
+    thread_local int length = 0;
+    const std::time_t now = std::time(nullptr);
+    if (now != cached_at) {
+        std::tm t{};
+        gmtime_r(&now, &t);
+        length = std::snprintf(text, sizeof text, "Date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n", days[t.tm_wday],
+                               t.tm_mday, months[t.tm_mon], t.tm_year + 1900, t.tm_hour, t.tm_min, t.tm_sec);
+        cached_at = now;
+    }
+    out.append(text, static_cast<std::size_t>(length));
+}
+
 namespace {
 
-void write_head(std::string& out, unsigned status, std::string_view extra, std::size_t length, bool close) {
+void end_head(std::string& out, connection c) {
+    switch (c) {
+        case connection::keep_alive: out += "\r\n\r\n"; break;
+        case connection::keep_alive_http10: out += "\r\nConnection: keep-alive\r\n\r\n"; break;
+        case connection::close: out += "\r\nConnection: close\r\n\r\n"; break;
+    }
+}
+
+void write_head(std::string& out, unsigned status, std::string_view extra, std::size_t length, connection c) {
     out += "HTTP/1.1 ";
     append_number(out, status);
     out += ' ';
     out += boost::beast::http::obsolete_reason(static_cast<boost::beast::http::status>(status));
-    out += "\r\nContent-Type: application/json\r\n";
+    out += "\r\n";
+    append_date(out);
+    out += "Content-Type: application/json\r\n";
     out += extra;
     out += "Content-Length: ";
     append_number(out, length);
-    out += close ? "\r\nConnection: close\r\n\r\n" : "\r\n\r\n";
+    end_head(out, c);
 }
 
 }  // namespace
 
-void write_failure(std::string& out, const failure& f, bool close, std::string_view extra) {
+void write_failure(std::string& out, const failure& f, connection c, std::string_view extra) {
     auto body = boost::json::serialize(boost::json::object{{"error", f.code}, {"message", f.message}});
-    write_head(out, f.status, extra, body.size(), close);
+    write_head(out, f.status, extra, body.size(), c);
     out += body;
 }
 
 void write_limited(std::string& out, std::string_view policy, std::int64_t retry_after_s, std::string_view fields,
-                   bool close) {
+                   connection c) {
     // Policy names are [a-z0-9_-] (config validation): the body needs no escaping. Built
     // in place: this is the answer a flood gets.
     char digits[24];
@@ -45,7 +75,9 @@ void write_limited(std::string& out, std::string_view policy, std::int64_t retry
     constexpr std::string_view open = R"({"error":"rate_limited","policy":")";
     constexpr std::string_view mid = R"(","retry_after":)", in_flight = R"(","reason":"too many requests in flight")";
     const bool known = retry_after_s > 0;
-    out += "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n";
+    out += "HTTP/1.1 429 Too Many Requests\r\n";
+    append_date(out);
+    out += "Content-Type: application/json\r\n";
     if (known) {
         out += "Retry-After: ";
         out += retry;
@@ -54,7 +86,7 @@ void write_limited(std::string& out, std::string_view policy, std::int64_t retry
     out += fields;
     out += "Content-Length: ";
     append_number(out, open.size() + policy.size() + (known ? mid.size() + retry.size() : in_flight.size()) + 1);
-    out += close ? "\r\nConnection: close\r\n\r\n" : "\r\n\r\n";
+    end_head(out, c);
     out += open;
     out += policy;
     if (known) {

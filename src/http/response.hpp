@@ -26,6 +26,8 @@ inline constexpr failure bad_request{400, "bad_request", "malformed request"};
 inline constexpr failure bad_framing{400, "bad_request",
                                      "ambiguous message framing: Transfer-Encoding must be exactly \"chunked\" and "
                                      "cannot be combined with Content-Length"};
+inline constexpr failure bad_framing_http10{400, "bad_request",
+                                            "Transfer-Encoding is not allowed in an HTTP/1.0 request"};
 inline constexpr failure bad_length{400, "bad_request", "invalid Content-Length"};
 inline constexpr failure bad_coding{400, "bad_request", "invalid Transfer-Encoding"};
 inline constexpr failure bad_host{400, "bad_request", "an HTTP/1.1 request needs exactly one Host field"};
@@ -60,16 +62,24 @@ inline constexpr failure upstream_send_timeout{504, "upstream_timeout",
 inline constexpr failure client_gone{499, "client_closed", "the client closed the connection"};
 }  // namespace fail
 
-// Appends a whole response: the status line, `extra` field lines ("Name: value\r\n"),
-// and the JSON body {"error":"<code>","message":"<message>"}; Connection: close if `close`.
-void write_failure(std::string& out, const failure& f, bool close, std::string_view extra = {});
+// What the answer tells the client of its connection: nothing (HTTP/1.1 keeps it), that it
+// stays open (an HTTP/1.0 client waits for a close unless told), or that it closes.
+enum class connection { keep_alive, keep_alive_http10, close };
+
+// Appends a whole response: the status line, Date, `extra` field lines ("Name: value\r\n"),
+// and the JSON body {"error":"<code>","message":"<message>"}.
+void write_failure(std::string& out, const failure& f, connection c, std::string_view extra = {});
 
 // Appends a whole 429: Retry-After, the rate-limit `fields`, and the JSON body
 // {"error":"rate_limited","policy":"<policy>","retry_after":N}. With retry_after_s 0 (a
 // concurrency tier refused: no time can be promised), no Retry-After and the body
 // {"error":"rate_limited","policy":"<policy>","reason":"too many requests in flight"}.
 void write_limited(std::string& out, std::string_view policy, std::int64_t retry_after_s, std::string_view fields,
-                   bool close);
+                   connection c);
+
+// Appends "Date: <IMF-fixdate>\r\n" for now (RFC 9110 section 6.6.1), formatted at most once
+// a second per thread.
+void append_date(std::string& out);
 
 // Appends the decimal digits of n.
 void append_number(std::string& out, std::uint64_t n);

@@ -198,6 +198,8 @@ void write_response_head(std::string& out, const http::message_head& resp, const
     } else if (ctx.client_http10) {
         out.append("Connection: keep-alive\r\n");
     }
+    // A recipient with a clock adds the Date an origin left out (RFC 9110 section 6.6.1).
+    if (resp.status >= 200 && resp.count(bhttp::date) == 0) http::append_date(out);
     if (!keep_length) append_framing(out, framing, length);
     out.append("\r\n");
 }

@@ -37,6 +37,7 @@ identity::address peer_address(const tcp::socket& s) {
 http::failure head_error(const http::request_parser& p, const error_code& ec) {
     if (ec == bhttp::error::body_limit) return fail::too_large;  // a declared length over the limit
     if (ec == bhttp::error::header_limit) return fail::header_too_large;
+    if (p.framing() == http::framing_error::transfer_encoding_in_http10) return fail::bad_framing_http10;
     if (p.framing() != http::framing_error::none) return fail::bad_framing;
     if (ec == bhttp::error::multiple_content_length || ec == bhttp::error::bad_content_length) return fail::bad_length;
     if (ec == bhttp::error::bad_transfer_encoding) return fail::bad_coding;
@@ -89,12 +90,11 @@ session::session(worker& w, tcp::socket s)
     w_.open_connections.fetch_add(1, std::memory_order_relaxed);
     error_code ec;
     client_.set_option(tcp::no_delay(true), ec);
-    track_.on_sweep = [this] { watch_client(true); };
+    track_.on_sweep = [this] { check_client_left(); };
 }
 
 // Also reached when an exception leaves the coroutine: the gauge and the log stay right.
 session::~session() {
-    if (watch_) *watch_ = nullptr;
     if (req_.open) end_request();
     release_upstream(false);
     w_.open_connections.fetch_sub(1, std::memory_order_relaxed);
@@ -250,6 +250,11 @@ bool session::may_keep_alive() const {
     return parser_ && parser_->is_done() && parser_->keep_alive() && !w_.draining && !req_.early_answer;
 }
 
+http::connection session::connection_of(bool keep) const {
+    if (!keep) return http::connection::close;
+    return head_.version < 11 ? http::connection::keep_alive_http10 : http::connection::keep_alive;
+}
+
 // Sends Sluice's own answer. Unless the connection may stay open, it is then closed
 // gracefully: the client gets the answer even while still sending a body we won't read.
 awaitable<after> session::respond(const failure& f) {
@@ -257,7 +262,7 @@ awaitable<after> session::respond(const failure& f) {
     if (f.status == fail::client_gone.status) co_return after::close;  // no one to tell
     const bool keep = keeps_connection(f) && may_keep_alive();
     out_.clear();
-    http::write_failure(out_, f, !keep);
+    http::write_failure(out_, f, connection_of(keep));
     auto ec = co_await relay_.write_all(client_, out_, cfg_->server.header_timeout);
     if (ec) co_return after::close;
     co_return keep ? after::keep_alive : after::linger;
@@ -267,7 +272,8 @@ awaitable<after> session::respond_limited() {
     const bool keep = may_keep_alive();
     req_.status = 429;
     out_.clear();
-    http::write_limited(out_, req_.route->limits->name, req_.outcome.retry_after_s, req_.outcome.fields, !keep);
+    http::write_limited(out_, req_.route->limits->name, req_.outcome.retry_after_s, req_.outcome.fields,
+                        connection_of(keep));
     auto ec = co_await relay_.write_all(client_, out_, cfg_->server.idle_timeout);
     if (ec) co_return after::close;
     co_return keep ? after::keep_alive : after::linger;

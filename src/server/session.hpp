@@ -88,6 +88,8 @@ private:
     boost::asio::awaitable<void> linger();
     void end_request();
     bool may_keep_alive() const;
+    // How Sluice's own answer speaks of the connection, kept or not.
+    http::connection connection_of(bool keep) const;
 
     // exchange.cpp: the upstream exchange
     boost::asio::awaitable<after> exchange();
@@ -95,7 +97,7 @@ private:
     boost::asio::awaitable<std::optional<failure>> connect_upstream();
     boost::asio::awaitable<step> send_request(proxy::body_framing framing, std::uint64_t length, bool replayable);
     boost::asio::awaitable<step> read_response_head(bool replayable);
-    void watch_client(bool on);
+    void check_client_left();
     boost::asio::awaitable<after> relay_response();
     void release_upstream(bool reuse);
 
@@ -122,11 +124,7 @@ private:
     std::optional<http::response_parser> resp_parser_;
     std::unique_ptr<proxy::upstream_connection> up_;  // watched by track_ while held
     bool first_ = true;
-    // watch_client(): whether the client is watched now, whether it left, and this session
-    // as its handler finds it (null once the session is gone).
-    bool watching_ = false, client_left_ = false;
-    char peek_ = 0;  // where async_peek's receives of the client socket write
-    std::shared_ptr<session*> watch_;
+    bool client_left_ = false;  // check_client_left() saw the client go while the upstream worked
 };
 
 }  // namespace sluice::server

@@ -65,6 +65,9 @@ TEST_CASE("malformed requests get 400 and the connection is closed") {
         "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: identity\r\n\r\n",
         "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
         "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+        // RFC 9112 section 6.1: Transfer-Encoding in HTTP/1.0 is faulty framing, even chunked.
+        "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n0\r\n\r\n",
+        "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
     };
     for (const char* raw : cases) {
         CAPTURE(raw);
@@ -79,6 +82,59 @@ TEST_CASE("malformed requests get 400 and the connection is closed") {
     // The smuggled "second request" in any of those bodies never reached the upstream as one.
     auto after = f.upstream_stats().at("requests").to_number<std::int64_t>();
     CHECK(after == before);
+}
+
+TEST_CASE("Sluice's own answers: Date on each, and Connection: keep-alive to an HTTP/1.0 client that keeps it") {
+    auto up = start_upstream();
+    const auto gone = closed_port();
+    auto gw = start_gateway(gateway_yaml(up->port, {}, R"(
+policies:
+  one:
+    ip: [ {limit: 1, per: 1h} ]
+routes:
+  - { match: { path_prefix: /limited }, policy: one }
+)"));
+    const std::regex imf_date(R"((Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT)");
+    const std::string keep_10 = "GET /limited HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
+    // ab -k: HTTP/1.0 with keep-alive; it waits for a close unless told the connection stays.
+    connection c("127.0.0.1", gw->port, 5s);
+    c.send(keep_10);
+    auto first = c.read_response();
+    REQUIRE(first.status == 200);
+    CHECK(first.header("Connection") == "keep-alive");
+    CHECK(std::regex_match(first.header("Date"), imf_date));
+    for (int i = 0; i < 3; ++i) {
+        c.send(keep_10);
+        auto r = c.read_response();  // framed by Content-Length, on the same connection
+        REQUIRE(r.status == 429);
+        CHECK(r.header("Connection") == "keep-alive");
+        CHECK(std::regex_match(r.header("Date"), imf_date));
+    }
+    // Without keep-alive an HTTP/1.0 client is told the connection closes.
+    connection once("127.0.0.1", gw->port, 5s);
+    once.send("GET /limited HTTP/1.0\r\n\r\n");
+    auto closing = once.read_response();
+    CHECK(closing.status == 429);
+    CHECK(closing.header("Connection") == "close");
+    CHECK(once.wait_closed(5s));
+
+    // A 400 has its Date too.
+    connection bad("127.0.0.1", gw->port, 5s);
+    bad.send("GET / HTTP/1.1\r\n\r\n");
+    auto r400 = bad.read_response();
+    CHECK(r400.status == 400);
+    CHECK(std::regex_match(r400.header("Date"), imf_date));
+
+    // A 502 to an HTTP/1.0 keep-alive client keeps the connection and says so.
+    auto cut = start_gateway(gateway_yaml(gone));
+    connection d("127.0.0.1", cut->port, 5s);
+    for (int i = 0; i < 2; ++i) {
+        d.send("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+        auto r = d.read_response();
+        REQUIRE(r.status == 502);
+        CHECK(r.header("Connection") == "keep-alive");
+        CHECK(std::regex_match(r.header("Date"), imf_date));
+    }
 }
 
 TEST_CASE("size limits: 431 for a large header, 413 for a large body") {

@@ -9,6 +9,9 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 
+#include <cstdlib>
+#include <ctime>
+
 #include <fstream>
 #include <iterator>
 #include <regex>
@@ -34,6 +37,7 @@ struct named_failure {
 const std::vector<named_failure> all_failures{
     {"bad_request", fail::bad_request},
     {"bad_framing", fail::bad_framing},
+    {"bad_framing_http10", fail::bad_framing_http10},
     {"bad_length", fail::bad_length},
     {"bad_coding", fail::bad_coding},
     {"bad_host", fail::bad_host},
@@ -83,10 +87,26 @@ parsed parse_response(std::string_view bytes) {
     return out;
 }
 
-void check_connection(const parsed& r, bool close) {
-    CHECK(r.msg.count(bhttp::field::connection) == (close ? 1u : 0u));
-    if (close) CHECK(r.msg[bhttp::field::connection] == "close");
-    CHECK(r.msg.keep_alive() == !close);
+using sluice::http::connection;
+constexpr connection all_connections[] = {connection::keep_alive, connection::keep_alive_http10, connection::close};
+
+// What the answer says of its connection, as an HTTP/1.1 client reads it (and an HTTP/1.0
+// one: keep-alive said aloud); and its Date, an IMF-fixdate within a few seconds of now.
+void check_connection(const parsed& r, connection c) {
+    CHECK(r.msg.count(bhttp::field::connection) == (c == connection::keep_alive ? 0u : 1u));
+    if (c == connection::close) CHECK(r.msg[bhttp::field::connection] == "close");
+    if (c == connection::keep_alive_http10) CHECK(r.msg[bhttp::field::connection] == "keep-alive");
+    CHECK(r.msg.keep_alive() == (c != connection::close));
+
+    REQUIRE(r.msg.count(bhttp::field::date) == 1);
+    const std::string date(r.msg[bhttp::field::date]);
+    CHECK(std::regex_match(
+        date,
+        std::regex(
+            R"((Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{4} \d\d:\d\d:\d\d GMT)")));
+    std::tm t{};
+    REQUIRE(strptime(date.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &t) != nullptr);
+    CHECK(std::abs(timegm(&t) - std::time(nullptr)) <= 5);
 }
 
 std::string read_file(const std::string& path) {
@@ -126,9 +146,9 @@ std::set<std::pair<unsigned, std::string>> readme_error_rows() {
 TEST_CASE("write_failure: a valid HTTP/1.1 response, Content-Length framing the JSON {error, message}") {
     for (const auto& nf : all_failures) {
         const failure& f = nf.f;
-        for (bool close : {false, true}) {
+        for (connection close : all_connections) {
             CAPTURE(nf.name);
-            CAPTURE(close);
+            CAPTURE(static_cast<int>(close));
             std::string out;
             sluice::http::write_failure(out, f, close);
             auto r = parse_response(out);
@@ -158,7 +178,7 @@ TEST_CASE("write_failure: extra fields go in the head, with() changes only the m
     std::string out = "HTTP/1.1 100 Continue\r\n\r\n";  // already queued: must stay in front
     const std::string before = out;
     const std::string message = "token expired \"now\"\\";
-    sluice::http::write_failure(out, fail::unauthorized.with(message), false,
+    sluice::http::write_failure(out, fail::unauthorized.with(message), connection::keep_alive,
                                 "WWW-Authenticate: Bearer\r\nX-Sluice-Test: a, b\r\n");
     REQUIRE(out.rfind(before, 0) == 0);
     auto r = parse_response(std::string_view(out).substr(before.size()));
@@ -168,22 +188,22 @@ TEST_CASE("write_failure: extra fields go in the head, with() changes only the m
     CHECK(r.msg["X-Sluice-Test"] == "a, b");
     CHECK(r.head.find("X-Sluice-Test: a, b\r\n") != std::string::npos);
     CHECK(r.msg.body().find("X-Sluice-Test") == std::string::npos);
-    check_connection(r, false);
+    check_connection(r, connection::keep_alive);
     auto body = boost::json::parse(r.msg.body()).as_object();
     CHECK(body.at("error").as_string() == "unauthorized");
     CHECK(body.at("message").as_string() == message);
 
     // Two answers in a row (pipelining) frame apart.
     std::string two;
-    sluice::http::write_failure(two, fail::too_large, false);
+    sluice::http::write_failure(two, fail::too_large, connection::keep_alive);
     const auto first_size = two.size();
-    sluice::http::write_failure(two, fail::upstream_timeout, true);
+    sluice::http::write_failure(two, fail::upstream_timeout, connection::close);
     auto first = parse_response(two);
     CHECK(first.consumed == first_size);
     CHECK(first.msg.result_int() == 413);
     auto second = parse_response(std::string_view(two).substr(first.consumed));
     CHECK(second.msg.result_int() == 504);
-    check_connection(second, true);
+    check_connection(second, connection::close);
 }
 
 TEST_CASE("write_limited: 429 with Retry-After, the rate-limit fields, and {error, policy, retry_after}") {
@@ -191,10 +211,11 @@ TEST_CASE("write_limited: 429 with Retry-After, the rate-limit fields, and {erro
     struct example {
         std::string policy;
         std::int64_t retry;
-        bool close;
+        connection close;
     };
-    for (const auto& e : {example{"default", 1, false}, example{"login-v2_x", 42, true},
-                          example{"search", 1'234'567'890'123, false}, example{"p", 3600, true}}) {
+    for (const auto& e :
+         {example{"default", 1, connection::keep_alive}, example{"login-v2_x", 42, connection::close},
+          example{"search", 1'234'567'890'123, connection::keep_alive_http10}, example{"p", 3600, connection::close}}) {
         CAPTURE(e.policy);
         CAPTURE(e.retry);
         std::string out;
@@ -225,7 +246,7 @@ TEST_CASE("write_limited: 429 with Retry-After, the rate-limit fields, and {erro
 
     // No fields (response.headers: none) is still a whole response.
     std::string out;
-    sluice::http::write_limited(out, "default", 7, "", false);
+    sluice::http::write_limited(out, "default", 7, "", connection::keep_alive);
     auto r = parse_response(out);
     CHECK(r.consumed == out.size());
     CHECK(r.msg[bhttp::field::retry_after] == "7");
