@@ -8,6 +8,8 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 
+#include <poll.h>
+
 #include <algorithm>
 #include <charconv>
 #include <limits>
@@ -198,25 +200,19 @@ awaitable<session::step> session::send_request(body_framing framing, std::uint64
 }
 
 // While the upstream's answer is awaited, a client that leaves (end of stream, or an error on
-// its socket) has its request given up, as nginx does by default: the watch cancels the
-// upstream read. Bytes from the client (a pipelined request) end the watch. A plain handler,
-// not a coroutine; the worker's sweep arms it (see read_response_head).
-void session::watch_client(bool on) {
-    watching_ = on;
-    if (!on) {
+// its socket) has its request given up, as nginx does by default: the upstream read is
+// cancelled. Asked of the worker's sweep (every tick, at most 100 ms), so that an upstream
+// that answers sooner costs nothing; poll(POLLRDHUP) sees the end even behind a pipelined
+// request's bytes not read yet, where a read (or a peek) would stop at those bytes.
+void session::check_client_left() {
+    pollfd p{client_.native_handle(), POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+        client_left_ = true;
         error_code ignored;
-        client_.cancel(ignored);
+        if (up_) up_->socket.cancel(ignored);
         return;
     }
-    if (!watch_) watch_ = std::make_shared<session*>(this);
-    http::async_peek(client_, peek_, [w = watch_](error_code ec, std::size_t) {
-        session* s = *w;
-        if (!s || !s->watching_ || ec == asio::error::operation_aborted) return;
-        if (!ec) return;  // a pipelined request: read in its turn
-        s->client_left_ = true;
-        error_code ignored;
-        if (s->up_) s->up_->socket.cancel(ignored);
-    });
+    track_.ask_sweep();  // again at the next sweep
 }
 
 // Reads the final response head, relaying interim 1xx ones; one deadline covers them all.
@@ -231,16 +227,10 @@ awaitable<session::step> session::read_response_head(bool replayable) {
         rp.body_limit(boost::none);
         if (head_.method == bhttp::verb::head) rp.skip(true);
         bool got_some = false;
-        // A pipelined request already read keeps the socket readable: such a client cannot be
-        // seen leaving, and is not watched. The watch starts at the worker's next deadline sweep
-        // (within one tick, at most 100 ms), so that most upstreams that answer sooner cost no
-        // watch at all.
-        const bool watch = in_.size() == 0;
         client_left_ = false;
-        if (watch) track_.ask_sweep();
+        track_.ask_sweep();  // check_client_left()
         auto ec = co_await relay_.read_head(rp, up_->socket, up_->buffer, deadline, got_some);
         track_.unask_sweep();
-        if (watching_) watch_client(false);
         if (client_left_) co_return step{fail::client_gone};
         req_.upstream_us = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - asked).count();
         if (ec) {
