@@ -68,6 +68,7 @@ reload_result load_for_reload(const config::config& running) {
     keep(st.redis_username, was.redis_username, "store.redis.username", changed);
     keep(st.redis_database, was.redis_database, "store.redis.database", changed);
     keep(st.redis_timeout, was.redis_timeout, "store.redis.timeout", changed);
+    keep(st.redis_start_timeout, was.redis_start_timeout, "store.redis.start_timeout", changed);
     keep(st.redis_key_prefix, was.redis_key_prefix, "store.redis.key_prefix", changed);
     keep(st.redis_tls, was.redis_tls, "store.redis.tls", changed);
     keep(st.redis_sentinel, was.redis_sentinel, "store.redis.sentinel", changed);

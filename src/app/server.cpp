@@ -17,8 +17,10 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <sys/resource.h>
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <stdexcept>
 #include <thread>
 
 namespace sluice::app {
@@ -46,6 +48,28 @@ std::vector<tcp::endpoint> resolve_upstream(const config::upstream_url& url) {
     return out;
 }
 
+std::string to_text(const tcp::endpoint& ep) {
+    auto a = ep.address();
+    return a.is_v6() ? "[" + a.to_string() + "]:" + std::to_string(ep.port())
+                     : a.to_string() + ":" + std::to_string(ep.port());
+}
+
+// SO_REUSEPORT lets every worker's acceptor share the port, and would let another process
+// share it as silently, each keeping its own counts. A probe without it fails to bind where
+// any socket listens. (Two gateways probing in the same instant can both pass: the window
+// is the time between this probe and the bind that follows it.)
+void refuse_if_taken(const tcp::endpoint& ep) {
+    if (ep.port() == 0) return;
+    asio::io_context ioc;
+    tcp::acceptor probe(ioc);
+    probe.open(ep.protocol());
+    probe.set_option(asio::socket_base::reuse_address(true));
+    boost::system::error_code ec;
+    probe.bind(ep, ec);
+    if (ec == asio::error::address_in_use)
+        throw std::runtime_error(to_text(ep) + ": the address is already in use (another process listens there)");
+}
+
 // The first acceptor may ask for port 0; the others then share the port it got.
 void open_acceptor(tcp::acceptor& a, tcp::endpoint ep) {
     a.open(ep.protocol());
@@ -53,12 +77,6 @@ void open_acceptor(tcp::acceptor& a, tcp::endpoint ep) {
     a.set_option(asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true));
     a.bind(ep);
     a.listen(asio::socket_base::max_listen_connections);
-}
-
-std::string to_text(const tcp::endpoint& ep) {
-    auto a = ep.address();
-    return a.is_v6() ? "[" + a.to_string() + "]:" + std::to_string(ep.port())
-                     : a.to_string() + ":" + std::to_string(ep.port());
 }
 
 // The gateway process: workers, store, admin listener, signals.
@@ -75,7 +93,8 @@ public:
 
 private:
     bool start();
-    void announce();
+    void wait_for_store(std::chrono::steady_clock::time_point deadline);
+    void open_listeners();
     void drain(int sig);
     reload_result reload();
 
@@ -102,6 +121,9 @@ private:
     asio::signal_set reopen_signal_{main_ioc_, SIGUSR1};
     asio::steady_timer drain_deadline_{main_ioc_};
     asio::steady_timer collect_timer_{main_ioc_};
+    asio::steady_timer store_wait_{main_ioc_};
+    bool draining_ = false;
+    int exit_code_ = 0;
     void collect_expired();
 };
 
@@ -215,15 +237,13 @@ bool gateway::start() {
         spdlog::error("cannot open the access log {}: {}", cfg_->log.access_path, e.what());
         return false;
     }
+    for (unsigned i = 0; i < threads_; ++i) {
+        workers_.push_back(std::make_unique<server::worker>(snap, metrics_.worker(i), upstream, open_connections_,
+                                                            cfg_->server.max_connections, store_for(i), hasher));
+        if (access_log_) workers_.back()->access = &access_log_->lane_of(i);
+    }
     try {
-        auto ep = endpoint_of(cfg_->server.listen);
-        for (unsigned i = 0; i < threads_; ++i) {
-            workers_.push_back(std::make_unique<server::worker>(snap, metrics_.worker(i), upstream, open_connections_,
-                                                                cfg_->server.max_connections, store_for(i), hasher));
-            if (access_log_) workers_.back()->access = &access_log_->lane_of(i);
-            open_acceptor(workers_.back()->acceptor, ep);
-            ep = workers_.back()->acceptor.local_endpoint();
-        }
+        refuse_if_taken(endpoint_of(cfg_->server.listen));
         admin_ = std::make_unique<admin_server>(
             main_ioc_, endpoint_of(cfg_->admin.listen), metrics_, [this] { return store_readiness(); },
             [this] { return reload(); }, [this] { return offenders(); },
@@ -232,24 +252,60 @@ bool gateway::start() {
                            "Distinct identities (per policy) refused at least once in the last minute, as GET /top "
                            "counts them.",
                            [this] { return static_cast<double>(limit::offenders::merge(offenders()).size()); });
-    } catch (const boost::system::system_error& e) {
+    } catch (const std::exception& e) {
         spdlog::error("cannot listen: {}", e.what());
         return false;
     }
     return true;
 }
 
-void gateway::announce() {
-    // Printed at any log level: scripts and tests read the ports from these lines.
+// A gateway that listened before its store could decide would answer its first requests
+// by store.on_error (allow: unlimited; deny: refused). Until every worker's store is ready
+// (connected, script loaded, a Cluster's slot map read), or the deadline, the proxy port
+// stays closed; the admin port is open meanwhile, and /readyz says not_ready.
+void gateway::wait_for_store(std::chrono::steady_clock::time_point deadline) {
+    if (draining_) return;
+    const bool ready = std::all_of(redis_.begin(), redis_.end(), [](const auto& r) { return r->ready(); });
+    if (ready) return open_listeners();
+    if (std::chrono::steady_clock::now() >= deadline) {
+        spdlog::warn(
+            "the store cannot decide yet after store.redis.start_timeout ({} ms): listening anyway; requests follow "
+            "store.on_error until it can, and /readyz says not_ready",
+            cfg_->store.redis_start_timeout.count());
+        return open_listeners();
+    }
+    store_wait_.expires_after(std::chrono::milliseconds(10));
+    store_wait_.async_wait([this, deadline](boost::system::error_code ec) {
+        if (!ec) wait_for_store(deadline);
+    });
+}
+
+void gateway::open_listeners() {
+    try {
+        auto ep = endpoint_of(cfg_->server.listen);
+        refuse_if_taken(ep);  // again: the wait may have been long
+        for (auto& w : workers_) {
+            open_acceptor(w->acceptor, ep);
+            ep = w->acceptor.local_endpoint();
+        }
+    } catch (const std::exception& e) {
+        spdlog::error("cannot listen: {}", e.what());
+        exit_code_ = 1;
+        main_ioc_.stop();
+        return;
+    }
+    for (auto& w : workers_) asio::post(w->ioc, [w = w.get()] { w->accept(); });
+    // Printed at any log level: scripts and tests read the port from this line.
     std::fprintf(stderr, "sluice: proxy listening on %s (%u workers), upstream %s:%u\n",
                  to_text(workers_[0]->acceptor.local_endpoint()).c_str(), threads_, cfg_->upstream.url.host.c_str(),
                  unsigned{cfg_->upstream.url.port});
-    std::fprintf(stderr, "sluice: admin listening on %s\n", to_text(admin_->local_endpoint()).c_str());
 }
 
 // Stop accepting, let in-flight requests finish, force the rest after drain_timeout.
 void gateway::drain(int sig) {
     spdlog::info("signal {}: draining for up to {} ms", sig, cfg_->server.drain_timeout.count());
+    draining_ = true;
+    store_wait_.cancel();
     admin_->stop();
     reload_signal_.cancel();
     collect_timer_.cancel();
@@ -322,7 +378,9 @@ int gateway::run() {
         reopen_signal_.async_wait(on_usr1);
     };
     reopen_signal_.async_wait(on_usr1);
-    announce();
+    admin_->start();
+    // Printed at any log level: scripts and tests read the port from this line.
+    std::fprintf(stderr, "sluice: admin listening on %s\n", to_text(admin_->local_endpoint()).c_str());
 
     std::vector<std::thread> threads;
     std::size_t running = workers_.size();
@@ -336,8 +394,8 @@ int gateway::run() {
             });
         });
     }
-    admin_->start();
     if (memory_) collect_expired();
+    wait_for_store(std::chrono::steady_clock::now() + cfg_->store.redis_start_timeout);
     main_ioc_.run();
     for (auto& w : workers_) w->ioc.stop();
     for (auto& t : threads) t.join();
@@ -353,7 +411,7 @@ int gateway::run() {
     // not take the default action and kill the process with lines still buffered).
     access_log_.reset();
     spdlog::info("stopped");
-    return 0;
+    return exit_code_;
 }
 
 }  // namespace

@@ -610,24 +610,26 @@ redis_sentinel_config read_redis_sentinel(const node_ref& n) {
 
 void read_redis(const node_ref& n, store_config& out) {
     std::optional<node_ref> nodes, sentinel;
-    read_mapping(n, {
-                        {"nodes",
-                         [&](const node_ref& v) {
-                             out.redis_nodes = read_host_ports(v);
-                             nodes = v;
-                         }},
-                        {"tls", [&](const node_ref& v) { out.redis_tls = read_redis_tls(v); }},
-                        {"sentinel",
-                         [&](const node_ref& v) {
-                             out.redis_sentinel = read_redis_sentinel(v);
-                             sentinel = v;
-                         }},
-                        {"password_env", [&](const node_ref& v) { out.redis_password_env = read_env_name(v); }},
-                        {"username", [&](const node_ref& v) { out.redis_username = read_string(v); }},
-                        {"database", [&](const node_ref& v) { out.redis_database = schema::read_uint_as(v, 0u, 15u); }},
-                        {"timeout", [&](const node_ref& v) { out.redis_timeout = read_duration(v, zero::refused); }},
-                        {"key_prefix", [&](const node_ref& v) { out.redis_key_prefix = read_key_prefix(v); }},
-                    });
+    read_mapping(
+        n, {
+               {"nodes",
+                [&](const node_ref& v) {
+                    out.redis_nodes = read_host_ports(v);
+                    nodes = v;
+                }},
+               {"tls", [&](const node_ref& v) { out.redis_tls = read_redis_tls(v); }},
+               {"sentinel",
+                [&](const node_ref& v) {
+                    out.redis_sentinel = read_redis_sentinel(v);
+                    sentinel = v;
+                }},
+               {"password_env", [&](const node_ref& v) { out.redis_password_env = read_env_name(v); }},
+               {"username", [&](const node_ref& v) { out.redis_username = read_string(v); }},
+               {"database", [&](const node_ref& v) { out.redis_database = schema::read_uint_as(v, 0u, 15u); }},
+               {"timeout", [&](const node_ref& v) { out.redis_timeout = read_duration(v, zero::refused); }},
+               {"start_timeout", [&](const node_ref& v) { out.redis_start_timeout = read_duration(v, zero::allowed); }},
+               {"key_prefix", [&](const node_ref& v) { out.redis_key_prefix = read_key_prefix(v); }},
+           });
     if (nodes && sentinel)
         sentinel->fail_at_key(
             "give either nodes or sentinel, not both (with sentinel, the sentinels name the primary)");

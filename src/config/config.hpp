@@ -123,6 +123,7 @@ struct store_config {
     std::string redis_username;                               // store.redis.username ("" = default user)
     unsigned redis_database = 0;                              // store.redis.database (0..15)
     duration redis_timeout = std::chrono::milliseconds(50);   // store.redis.timeout (> 0)
+    duration redis_start_timeout = std::chrono::seconds(5);   // store.redis.start_timeout: listen once ready, or then
     std::string redis_key_prefix = "sluice:";                 // store.redis.key_prefix
     std::optional<redis_tls_config> redis_tls;                // store.redis.tls (unset = plain TCP)
     std::optional<redis_sentinel_config> redis_sentinel;      // store.redis.sentinel (then nodes is unused)

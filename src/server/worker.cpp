@@ -73,9 +73,10 @@ void worker::set_snapshot(std::shared_ptr<const snapshot> s) {
     snap = std::shared_ptr<const snapshot>(raw, [keep = std::move(s)](const snapshot*) {});
 }
 
-void worker::start() {
-    connections.start();
-    asio::co_spawn(ioc, accept_loop(*this), report);
+void worker::start() { connections.start(); }
+
+void worker::accept() {
+    if (!draining) asio::co_spawn(ioc, accept_loop(*this), report);
 }
 
 void worker::upstream_failed() {

@@ -54,8 +54,10 @@ struct worker {
     boost::asio::ip::tcp::acceptor acceptor{ioc};
     bool draining = false;
 
-    // Starts accepting on `acceptor` (already bound and listening).
+    // Starts the deadline sweep; accept() then starts accepting on `acceptor` (bound and
+    // listening by then), once the store can decide.
     void start();
+    void accept();
     // Stops accepting and closes idle connections; calls on_drained (on this thread) once
     // the last connection has closed.
     void begin_drain(std::function<void()> on_drained);

@@ -639,3 +639,24 @@ TEST_CASE("cluster: concurrency slots are exact across primaries, and a refusal 
     REQUIRE(fetch(f.up->port, "GET", "/let-go?name=second").body == "1");
     CHECK(second.read_response().status == 200);
 }
+
+// Right after start, a gateway decides every request: its proxy port opens once the slot
+// map is read and every primary's connection is ready (it took the store-error path for 8 of
+// its first 20 requests when it listened before).
+TEST_CASE("cluster: a gateway's first requests right after start are decided, none by on_error") {
+    cluster_nodes c(3, 0);
+    auto up = start_upstream();
+    auto gw = start_gateway(
+        gateway_yaml(up->port, {},
+                     cluster_yaml(c.ports[0], "2s", "policies:\n  p:\n    ip: [ {limit: 15, per: 1h} ]\n")),
+        {}, {{"SLUICE_HASH_SECRET", "cluster-secret"}});
+    int admitted = 0, refused = 0, other = 0;
+    for (int i = 0; i < 20; ++i) {
+        const auto status = fetch(gw->port, "GET", "/", {{"X-Forwarded-For", client_ip(i % 2)}}).status;
+        (status == 200 ? admitted : status == 429 ? refused : other)++;
+    }
+    CHECK(other == 0);  // on_error deny: a 503 is a request the store could not decide
+    CHECK(admitted == 20);
+    CHECK(refused == 0);
+    CHECK(fetch(gw->admin_port, "GET", "/readyz").status == 200);
+}

@@ -209,3 +209,19 @@ TEST_CASE("access log: rotated by mv then SIGUSR1, no line lost or cut") {
     CHECK(new_lines >= after);  // every request after the reopen is in the new file
     CHECK(gw->proc->running());
 }
+
+TEST_CASE("a second gateway on a listen address already in use refuses to start and names it") {
+    auto up = start_upstream();
+    auto first = start_gateway(gateway_yaml(up->port));
+    const std::string taken = "127.0.0.1:" + std::to_string(first->port);
+    auto second = launch_gateway(gateway_yaml(up->port, {{"server.listen", "\"" + taken + "\""}}));
+    const auto status = second->proc->wait_exit(15s);
+    REQUIRE(status.has_value());
+    CHECK(*status == 1);
+    const auto out = second->proc->output();
+    CHECK(out.find(taken) != std::string::npos);
+    CHECK(out.find("already in use") != std::string::npos);
+    CHECK(out.find("proxy listening") == std::string::npos);
+    // The first one keeps every connection to itself.
+    for (int i = 0; i < 20; ++i) CHECK(fetch(first->port, "GET", "/").status == 200);
+}

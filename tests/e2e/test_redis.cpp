@@ -294,3 +294,29 @@ TEST_CASE("reload: store.on_error between allow and deny applies at once, to or 
     CHECK(fetch(gw->port, "GET", "/").status == 503);  // still deny: the running store has no local fallback
     CHECK(fetch(gw->admin_port, "GET", "/readyz").body == R"({"status":"not_ready"})");
 }
+
+TEST_CASE("start: the proxy port opens once the store can decide, or after store.redis.start_timeout") {
+    auto up = start_upstream();
+    const auto port = unused_port();
+    // on_error deny: any request decided before the store was ready would be a 503.
+    auto gw = launch_gateway(gateway_yaml(up->port, {}, redis_yaml(port, "deny", "{limit: 100, per: 1h}")));
+    gw->admin_port = static_cast<std::uint16_t>(
+        std::stoi(gw->proc->wait_for_line(R"(admin listening on 127\.0\.0\.1:(\d+))").at(1)));
+    auto ready = fetch(gw->admin_port, "GET", "/readyz");
+    CHECK(ready.status == 503);
+    CHECK(gw->proc->output().find("proxy listening") == std::string::npos);  // Redis is not there yet
+    redis_server redis(port);
+    gw->port = static_cast<std::uint16_t>(
+        std::stoi(gw->proc->wait_for_line(R"(proxy listening on 127\.0\.0\.1:(\d+))").at(1)));
+    for (int i = 0; i < 20; ++i) CHECK(fetch(gw->port, "GET", "/").status == 200);
+
+    // No store within start_timeout: it listens then, and on_error decides meanwhile.
+    const auto nobody = unused_port();
+    auto late =
+        start_gateway(gateway_yaml(up->port, {},
+                                   std::regex_replace(redis_yaml(nobody, "deny", "{limit: 100, per: 1h}"),
+                                                      std::regex("timeout: 2s"), "timeout: 2s, start_timeout: 200ms")));
+    CHECK(fetch(late->port, "GET", "/").status == 503);
+    CHECK(fetch(late->admin_port, "GET", "/readyz").status == 503);
+    CHECK(late->proc->output().find("store.redis.start_timeout") != std::string::npos);
+}

@@ -63,6 +63,7 @@ struct rig {
     // Runs `test` against the worker, then drains it: every session must have ended.
     void run(std::function<awaitable<void>()> test) {
         w->start();
+        w->accept();
         bool done = false, drained = false;
         std::exception_ptr error;
         asio::co_spawn(w->ioc, test(), [&](std::exception_ptr e) {
