@@ -36,22 +36,36 @@ struct admin_hooks {
 
 constexpr std::size_t max_top = 1000;
 
-// GET /top?n=N: the N identities refused most in the last minute. False for a bad query.
-bool top_body(std::string_view query, const admin_hooks& hooks, std::string& body) {
-    std::size_t n = 20;
-    if (!query.empty()) {
-        // A terminated copy: Boost.URL 1.81's parse_query reads its input up to a NUL (it
-        // rebuilds a string_view from the bare pointer).
-        const std::string terminated(query);
-        auto params = boost::urls::parse_query(terminated);
-        if (!params) return false;
-        for (const auto& param : *params) {
-            if (param.key != "n") return false;
-            const std::string_view v(param.value.data(), param.value.size());  // digits need no decoding
-            auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-            if (ec != std::errc() || end != v.data() + v.size() || n < 1 || n > max_top) return false;
-        }
+std::string error_body(std::string_view error, std::string_view message) {
+    boost::json::object o;
+    o["error"] = error;
+    o["message"] = message;
+    return boost::json::serialize(o);
+}
+
+// GET /top's query: at most one n, an integer from 1 to max_top. Why it is refused, or "".
+std::string_view parse_top_query(std::string_view query, std::size_t& n) {
+    if (query.empty()) return {};
+    // A terminated copy: Boost.URL 1.81's parse_query reads its input up to a NUL (it
+    // rebuilds a string_view from the bare pointer).
+    const std::string terminated(query);
+    auto params = boost::urls::parse_query(terminated);
+    if (!params) return "malformed query";
+    bool seen = false;
+    for (const auto& param : *params) {
+        if (param.key != "n") return "the only parameter is n, an integer from 1 to 1000";
+        if (seen) return "n is given more than once";
+        seen = true;
+        const std::string_view v(param.value.data(), param.value.size());  // digits need no decoding
+        auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+        if (ec != std::errc() || end != v.data() + v.size() || n < 1 || n > max_top)
+            return "n must be an integer from 1 to 1000";
     }
+    return {};
+}
+
+// GET /top?n=N: the N identities refused most in the last minute.
+std::string top_body(std::size_t n, const admin_hooks& hooks) {
     auto all = limit::offenders::merge(hooks.offenders());
     boost::json::object o;
     o["window_seconds"] = limit::offenders::window_s;
@@ -68,8 +82,7 @@ bool top_body(std::string_view query, const admin_hooks& hooks, std::string& bod
         list.push_back(std::move(item));
     }
     o["offenders"] = std::move(list);
-    body = boost::json::serialize(o);
-    return true;
+    return boost::json::serialize(o);
 }
 
 std::string reload_body(const app::reload_result& r) {
@@ -124,9 +137,13 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
     } else if (path == "/top") {
         const auto q = target.find('?');
         const std::string_view query = q == target.npos ? std::string_view() : std::string_view(target.substr(q + 1));
-        if (!top_body(query, hooks, res.body())) {
+        std::size_t n = 20;
+        const auto refused = parse_top_query(query, n);
+        if (refused.empty()) {
+            res.body() = top_body(n, hooks);
+        } else {
             res.result(bhttp::status::bad_request);
-            res.body() = R"({"error":"bad_request","message":"the only parameter is n, an integer from 1 to 1000"})";
+            res.body() = error_body("bad_request", refused);
         }
     } else {
         res.result(bhttp::status::not_found);

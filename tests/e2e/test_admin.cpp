@@ -41,6 +41,20 @@ TEST_CASE("admin: /metrics counts requests by route and status class") {
         CHECK_MESSAGE(m.find(family) != std::string::npos, family);
 }
 
+// Issue 21: GET /top?n=5&n=6 was answered 200 where every other bad query is a 400.
+TEST_CASE("admin: GET /top with a repeated parameter is a 400 with a JSON reason") {
+    proxy_fixture f;
+    for (const char* target : {"/top?n=5&n=6", "/top?n=5&n=5"}) {
+        CAPTURE(target);
+        auto r = fetch(f.gw->admin_port, "GET", target);
+        CHECK(r.status == 400);
+        CHECK(r.header("Content-Type") == "application/json");
+        CHECK(json_of(r).at("error").as_string() == "bad_request");
+        CHECK(json_of(r).at("message").as_string() == "n is given more than once");
+    }
+    CHECK(fetch(f.gw->admin_port, "GET", "/top?n=5").status == 200);
+}
+
 TEST_CASE("--check validates the config file") {
     auto dir = make_temp_dir();
     write_file(dir + "/good.yaml", "upstream: { url: \"http://127.0.0.1:3000\" }\n");
