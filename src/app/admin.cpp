@@ -35,6 +35,8 @@ struct admin_hooks {
 };
 
 constexpr std::size_t max_top = 1000;
+constexpr std::size_t max_header_bytes = 16 * 1024;
+constexpr std::size_t max_body_bytes = 64 * 1024;
 
 std::string error_body(std::string_view error, std::string_view message) {
     boost::json::object o;
@@ -157,14 +159,17 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
 
 // The answer to a request the admin listener could not read: JSON, then close.
 bhttp::response<bhttp::string_body> refusal(const beast::error_code& ec) {
-    const bool too_large = ec == bhttp::error::header_limit || ec == bhttp::error::body_limit;
-    bhttp::response<bhttp::string_body> res{too_large ? bhttp::status::payload_too_large : bhttp::status::bad_request,
-                                            11};
+    bhttp::response<bhttp::string_body> res{bhttp::status::bad_request, 11};
     res.set(bhttp::field::content_type, "application/json");
-    res.body() =
-        too_large
-            ? R"({"error":"payload_too_large","message":"admin requests are limited to 16 KiB of header and 64 KiB of body"})"
-            : R"({"error":"bad_request","message":"malformed request"})";
+    if (ec == bhttp::error::header_limit) {
+        res.result(bhttp::status::request_header_fields_too_large);
+        res.body() = error_body("header_too_large", "admin request headers are limited to 16 KiB");
+    } else if (ec == bhttp::error::body_limit) {
+        res.result(bhttp::status::payload_too_large);
+        res.body() = error_body("payload_too_large", "admin request bodies are limited to 64 KiB");
+    } else {
+        res.body() = error_body("bad_request", "malformed request");
+    }
     res.keep_alive(false);
     res.prepare_payload();
     return res;
@@ -175,8 +180,8 @@ asio::awaitable<void> serve_admin(tcp::socket socket, admin_hooks hooks, admin_l
     beast::flat_buffer buffer;
     for (bool first = true;; first = false) {
         bhttp::request_parser<bhttp::string_body> parser;
-        parser.header_limit(16 * 1024);
-        parser.body_limit(64 * 1024);
+        parser.header_limit(max_header_bytes);
+        parser.body_limit(max_body_bytes);
         stream.expires_after(first ? limits.header_timeout : limits.idle_timeout);
         auto [ec, n] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
         if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||

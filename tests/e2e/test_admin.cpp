@@ -41,6 +41,17 @@ TEST_CASE("admin: /metrics counts requests by route and status class") {
         CHECK_MESSAGE(m.find(family) != std::string::npos, family);
 }
 
+// Issue 21: a request header over the admin's 16 KiB limit was answered 413.
+TEST_CASE("admin: a 20 KB request header is answered 431 with a JSON reason") {
+    proxy_fixture f;
+    connection c("127.0.0.1", f.gw->admin_port, 5s);
+    c.send(make_request("GET", "/healthz", {{"X-Filler", std::string(20 * 1024, 'a')}}));
+    auto r = c.read_response();
+    CHECK(r.status == 431);
+    CHECK(r.header("Content-Type") == "application/json");
+    CHECK(json_of(r).at("error").as_string() == "header_too_large");
+}
+
 // Issue 21: GET /top?n=5&n=6 was answered 200 where every other bad query is a 400.
 TEST_CASE("admin: GET /top with a repeated parameter is a 400 with a JSON reason") {
     proxy_fixture f;
