@@ -37,6 +37,7 @@ struct admin_hooks {
 constexpr std::size_t max_top = 1000;
 constexpr std::size_t max_header_bytes = 16 * 1024;
 constexpr std::size_t max_body_bytes = 64 * 1024;
+constexpr auto eviction_log_interval = std::chrono::minutes(1);
 
 std::string error_body(std::string_view error, std::string_view message) {
     boost::json::object o;
@@ -175,28 +176,73 @@ bhttp::response<bhttp::string_body> refusal(const beast::error_code& ec) {
     return res;
 }
 
-asio::awaitable<void> serve_admin(tcp::socket socket, admin_hooks hooks, admin_limits limits) {
-    beast::tcp_stream stream(std::move(socket));
+}  // namespace
+
+// One admin connection, in the server's list from accept until it ends or make_room()
+// closes it. Waiting for another request moves it to the back: the front has waited longest.
+class admin_server::connection {
+public:
+    connection(tcp::socket socket, std::list<connection*>& open)
+        : stream(std::move(socket)), list_(open), place_(open.insert(open.end(), this)) {}
+    ~connection() { unlist(); }
+    connection(const connection&) = delete;
+    connection& operator=(const connection&) = delete;
+
+    void waiting() {
+        if (listed_) list_.splice(list_.end(), list_, place_);
+    }
+    void unlist() {
+        if (listed_) list_.erase(place_);
+        listed_ = false;
+    }
+    // Leaves the list at once (the cap counts listed connections); the pending operation
+    // completes with operation_aborted and the coroutine ends.
+    void evict() {
+        unlist();
+        stream.close();
+    }
+
+    beast::tcp_stream stream;
     beast::flat_buffer buffer;
+
+private:
+    std::list<connection*>& list_;
+    std::list<connection*>::iterator place_;
+    bool listed_ = true;
+};
+
+asio::awaitable<void> admin_server::serve(std::unique_ptr<connection> conn) {
+    const admin_hooks hooks{metrics_, ready_, reload_, offenders_};
+    auto& stream = conn->stream;
     for (bool first = true;; first = false) {
         bhttp::request_parser<bhttp::string_body> parser;
         parser.header_limit(max_header_bytes);
         parser.body_limit(max_body_bytes);
-        stream.expires_after(first ? limits.header_timeout : limits.idle_timeout);
-        auto [ec, n] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
+        stream.expires_after(first ? limits_.header_timeout : limits_.idle_timeout);
+        auto [ec, n] = co_await bhttp::async_read(stream, conn->buffer, parser, use_tuple);
         if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
             ec == asio::error::connection_reset || ec == asio::error::operation_aborted)
             break;
         auto res = ec ? refusal(ec) : answer(parser.get(), hooks);
-        stream.expires_after(limits.header_timeout);
+        stream.expires_after(limits_.header_timeout);
         auto [wec, wn] = co_await bhttp::async_write(stream, res, use_tuple);
         if (wec || !res.keep_alive()) break;
+        conn->waiting();
     }
     beast::error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
-}  // namespace
+void admin_server::make_room() {
+    open_.front()->evict();
+    ++evicted_;
+    spdlog::debug("admin listener full: closed the connection waiting longest");
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_eviction_log_) return;
+    next_eviction_log_ = now + eviction_log_interval;
+    spdlog::warn("admin listener: {} connections open, closing those waiting longest to admit new ones ({} so far)",
+                 limits_.max_connections, evicted_);
+}
 
 admin_server::admin_server(asio::io_context& ioc, tcp::endpoint listen, const metrics::registry& metrics,
                            std::function<readiness()> ready, std::function<app::reload_result()> reload,
@@ -214,6 +260,12 @@ admin_server::admin_server(asio::io_context& ioc, tcp::endpoint listen, const me
     acceptor_.listen();
 }
 
+// Connections still open are destroyed with the io_context, after this: they must not
+// reach back into open_.
+admin_server::~admin_server() {
+    while (!open_.empty()) open_.front()->unlist();
+}
+
 void admin_server::start() {
     asio::co_spawn(
         ioc_,
@@ -227,14 +279,11 @@ void admin_server::start() {
                     co_await pause.async_wait(use_tuple);
                     continue;
                 }
-                if (open_ >= limits_.max_connections) continue;  // the socket closes as it goes out of scope
-                ++open_;
-                asio::co_spawn(
-                    ioc_, serve_admin(std::move(socket), admin_hooks{metrics_, ready_, reload_, offenders_}, limits_),
-                    [this](std::exception_ptr e) {
-                        --open_;
-                        if (e) spdlog::warn("admin connection ended by an exception");
-                    });
+                if (!open_.empty() && open_.size() >= limits_.max_connections) make_room();
+                asio::co_spawn(ioc_, serve(std::make_unique<connection>(std::move(socket), open_)),
+                               [](std::exception_ptr e) {
+                                   if (e) spdlog::warn("admin connection ended by an exception");
+                               });
             }
         },
         [](std::exception_ptr e) {

@@ -2,6 +2,7 @@
 #include "e2e.hpp"
 
 #include <csignal>
+#include <vector>
 
 using namespace sluice::test;
 
@@ -39,6 +40,33 @@ TEST_CASE("admin: /metrics counts requests by route and status class") {
           "# TYPE sluice_upstream_errors_total counter", "# TYPE sluice_client_connections gauge",
           "# TYPE sluice_upstream_idle_connections gauge"})
         CHECK_MESSAGE(m.find(family) != std::string::npos, family);
+}
+
+// Issue 21: 64 connections that never finish a header held every admin slot, and a probe was
+// closed at accept. A new connection now closes the one that has waited longest.
+TEST_CASE("admin: probes are answered while 70 slow connections are open") {
+    proxy_fixture f;
+    std::vector<connection> slow;
+    for (int i = 0; i < 70; ++i) {
+        slow.emplace_back("127.0.0.1", f.gw->admin_port, 5s);
+        slow.back().send("GET /healthz HTTP/1.1\r\nHost: t\r\n");
+    }
+    for (const char* path : {"/healthz", "/readyz", "/metrics"}) {
+        CAPTURE(path);
+        connection probe("127.0.0.1", f.gw->admin_port, 2s);
+        probe.send(make_request("GET", path));
+        CHECK(probe.read_response().status == 200);
+    }
+    // The oldest made room (73 connections over a cap of 64).
+    CHECK(slow.front().wait_closed(5s));
+    CHECK_NOTHROW(f.gw->proc->wait_for_line("closing those waiting longest", 5s));
+}
+
+TEST_CASE("admin: a header not finished within server.header_timeout is cut off") {
+    proxy_fixture f(yaml_overrides{{"server.header_timeout", "300ms"}});
+    connection c("127.0.0.1", f.gw->admin_port, 5s);
+    c.send("GET /healthz HTTP/1.1\r\nHost: t\r\n");
+    CHECK(c.wait_closed(5s));
 }
 
 // Issue 21: a request header over the admin's 16 KiB limit was answered 413.
