@@ -37,6 +37,10 @@ struct admin_hooks {
 constexpr std::size_t max_top = 1000;
 constexpr std::size_t max_header_bytes = 16 * 1024;
 constexpr std::size_t max_body_bytes = 64 * 1024;
+// After an answer that closes the connection, unread input is drained this long, up to this much.
+constexpr auto linger_time = std::chrono::seconds(2);
+constexpr std::size_t linger_bytes = 4 * 1024 * 1024;
+constexpr std::size_t linger_read_bytes = 16 * 1024;
 constexpr auto eviction_log_interval = std::chrono::minutes(1);
 
 std::string error_body(std::string_view error, std::string_view message) {
@@ -201,6 +205,20 @@ public:
         unlist();
         stream.close();
     }
+    // After an answer that closes: stop sending, then drain what the client still sends (a
+    // body not read, a header past the limit) for a bounded time and amount. Closing with
+    // unread input would send a reset, which can discard the answer before the client reads it.
+    asio::awaitable<void> linger() {
+        beast::error_code ec;
+        stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+        buffer.clear();
+        stream.expires_after(linger_time);
+        for (std::size_t discarded = 0; discarded < linger_bytes;) {
+            auto [rec, n] = co_await stream.async_read_some(buffer.prepare(linger_read_bytes), use_tuple);
+            if (rec) break;
+            discarded += n;
+        }
+    }
 
     beast::tcp_stream stream;
     beast::flat_buffer buffer;
@@ -226,7 +244,11 @@ asio::awaitable<void> admin_server::serve(std::unique_ptr<connection> conn) {
         auto res = ec ? refusal(ec) : answer(parser.get(), hooks);
         stream.expires_after(limits_.header_timeout);
         auto [wec, wn] = co_await bhttp::async_write(stream, res, use_tuple);
-        if (wec || !res.keep_alive()) break;
+        if (wec) co_return;
+        if (!res.keep_alive()) {
+            co_await conn->linger();
+            co_return;
+        }
         conn->waiting();
     }
     beast::error_code ignored;

@@ -1,6 +1,8 @@
 // The admin listener, the command line, and a graceful stop.
 #include "e2e.hpp"
 
+#include <sys/socket.h>
+
 #include <csignal>
 #include <vector>
 
@@ -78,6 +80,25 @@ TEST_CASE("admin: a 20 KB request header is answered 431 with a JSON reason") {
     CHECK(r.status == 431);
     CHECK(r.header("Content-Type") == "application/json");
     CHECK(json_of(r).at("error").as_string() == "header_too_large");
+}
+
+// Issue 21: the admin closed with the body unread, and the reset could beat its 413 to the
+// client. It now stops sending and drains the rest before closing.
+TEST_CASE("admin: POST /reload with a 1 MB body: the client reads the 413") {
+    proxy_fixture f;
+    for (int i = 0; i < 3; ++i) {
+        CAPTURE(i);
+        connection c("127.0.0.1", f.gw->admin_port, 5s);
+        // A fixed send buffer (no autotuning up to 4 MiB): the body cannot all sit in kernel
+        // buffers, so the client is still sending when the gateway is done with the request.
+        const int sndbuf = 64 * 1024;
+        REQUIRE(::setsockopt(c.fd(), SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf) == 0);
+        c.send(make_request("POST", "/reload", {}, std::string(1'000'000, 'x')));
+        auto r = c.read_response();
+        CHECK(r.status == 413);
+        CHECK(json_of(r).at("error").as_string() == "payload_too_large");
+        CHECK(c.wait_closed(5s));
+    }
 }
 
 // Issue 21: GET /top?n=5&n=6 was answered 200 where every other bad query is a 400.
