@@ -35,23 +35,44 @@ struct admin_hooks {
 };
 
 constexpr std::size_t max_top = 1000;
+constexpr std::size_t max_header_bytes = 16 * 1024;
+constexpr std::size_t max_body_bytes = 64 * 1024;
+// After an answer that closes the connection, unread input is drained this long, up to this much.
+constexpr auto linger_time = std::chrono::seconds(2);
+constexpr std::size_t linger_bytes = 4 * 1024 * 1024;
+constexpr std::size_t linger_read_bytes = 16 * 1024;
+constexpr auto eviction_log_interval = std::chrono::minutes(1);
 
-// GET /top?n=N: the N identities refused most in the last minute. False for a bad query.
-bool top_body(std::string_view query, const admin_hooks& hooks, std::string& body) {
-    std::size_t n = 20;
-    if (!query.empty()) {
-        // A terminated copy: Boost.URL 1.81's parse_query reads its input up to a NUL (it
-        // rebuilds a string_view from the bare pointer).
-        const std::string terminated(query);
-        auto params = boost::urls::parse_query(terminated);
-        if (!params) return false;
-        for (const auto& param : *params) {
-            if (param.key != "n") return false;
-            const std::string_view v(param.value.data(), param.value.size());  // digits need no decoding
-            auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-            if (ec != std::errc() || end != v.data() + v.size() || n < 1 || n > max_top) return false;
-        }
+std::string error_body(std::string_view error, std::string_view message) {
+    boost::json::object o;
+    o["error"] = error;
+    o["message"] = message;
+    return boost::json::serialize(o);
+}
+
+// GET /top's query: at most one n, an integer from 1 to max_top. Why it is refused, or "".
+std::string_view parse_top_query(std::string_view query, std::size_t& n) {
+    if (query.empty()) return {};
+    // A terminated copy: Boost.URL 1.81's parse_query reads its input up to a NUL (it
+    // rebuilds a string_view from the bare pointer).
+    const std::string terminated(query);
+    auto params = boost::urls::parse_query(terminated);
+    if (!params) return "malformed query";
+    bool seen = false;
+    for (const auto& param : *params) {
+        if (param.key != "n") return "the only parameter is n, an integer from 1 to 1000";
+        if (seen) return "n is given more than once";
+        seen = true;
+        const std::string_view v(param.value.data(), param.value.size());  // digits need no decoding
+        auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+        if (ec != std::errc() || end != v.data() + v.size() || n < 1 || n > max_top)
+            return "n must be an integer from 1 to 1000";
     }
+    return {};
+}
+
+// GET /top?n=N: the N identities refused most in the last minute.
+std::string top_body(std::size_t n, const admin_hooks& hooks) {
     auto all = limit::offenders::merge(hooks.offenders());
     boost::json::object o;
     o["window_seconds"] = limit::offenders::window_s;
@@ -68,8 +89,7 @@ bool top_body(std::string_view query, const admin_hooks& hooks, std::string& bod
         list.push_back(std::move(item));
     }
     o["offenders"] = std::move(list);
-    body = boost::json::serialize(o);
-    return true;
+    return boost::json::serialize(o);
 }
 
 std::string reload_body(const app::reload_result& r) {
@@ -124,9 +144,13 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
     } else if (path == "/top") {
         const auto q = target.find('?');
         const std::string_view query = q == target.npos ? std::string_view() : std::string_view(target.substr(q + 1));
-        if (!top_body(query, hooks, res.body())) {
+        std::size_t n = 20;
+        const auto refused = parse_top_query(query, n);
+        if (refused.empty()) {
+            res.body() = top_body(n, hooks);
+        } else {
             res.result(bhttp::status::bad_request);
-            res.body() = R"({"error":"bad_request","message":"the only parameter is n, an integer from 1 to 1000"})";
+            res.body() = error_body("bad_request", refused);
         }
     } else {
         res.result(bhttp::status::not_found);
@@ -140,41 +164,107 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
 
 // The answer to a request the admin listener could not read: JSON, then close.
 bhttp::response<bhttp::string_body> refusal(const beast::error_code& ec) {
-    const bool too_large = ec == bhttp::error::header_limit || ec == bhttp::error::body_limit;
-    bhttp::response<bhttp::string_body> res{too_large ? bhttp::status::payload_too_large : bhttp::status::bad_request,
-                                            11};
+    bhttp::response<bhttp::string_body> res{bhttp::status::bad_request, 11};
     res.set(bhttp::field::content_type, "application/json");
-    res.body() =
-        too_large
-            ? R"({"error":"payload_too_large","message":"admin requests are limited to 16 KiB of header and 64 KiB of body"})"
-            : R"({"error":"bad_request","message":"malformed request"})";
+    if (ec == bhttp::error::header_limit) {
+        res.result(bhttp::status::request_header_fields_too_large);
+        res.body() = error_body("header_too_large", "admin request headers are limited to 16 KiB");
+    } else if (ec == bhttp::error::body_limit) {
+        res.result(bhttp::status::payload_too_large);
+        res.body() = error_body("payload_too_large", "admin request bodies are limited to 64 KiB");
+    } else {
+        res.body() = error_body("bad_request", "malformed request");
+    }
     res.keep_alive(false);
     res.prepare_payload();
     return res;
 }
 
-asio::awaitable<void> serve_admin(tcp::socket socket, admin_hooks hooks, admin_limits limits) {
-    beast::tcp_stream stream(std::move(socket));
+}  // namespace
+
+// One admin connection, in the server's list from accept until it ends or make_room()
+// closes it. Waiting for another request moves it to the back: the front has waited longest.
+class admin_server::connection {
+public:
+    connection(tcp::socket socket, std::list<connection*>& open)
+        : stream(std::move(socket)), list_(open), place_(open.insert(open.end(), this)) {}
+    ~connection() { unlist(); }
+    connection(const connection&) = delete;
+    connection& operator=(const connection&) = delete;
+
+    void waiting() {
+        if (listed_) list_.splice(list_.end(), list_, place_);
+    }
+    void unlist() {
+        if (listed_) list_.erase(place_);
+        listed_ = false;
+    }
+    // Leaves the list at once (the cap counts listed connections); the pending operation
+    // completes with operation_aborted and the coroutine ends.
+    void evict() {
+        unlist();
+        stream.close();
+    }
+    // After an answer that closes: stop sending, then drain what the client still sends (a
+    // body not read, a header past the limit) for a bounded time and amount. Closing with
+    // unread input would send a reset, which can discard the answer before the client reads it.
+    asio::awaitable<void> linger() {
+        beast::error_code ec;
+        stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+        buffer.clear();
+        stream.expires_after(linger_time);
+        for (std::size_t discarded = 0; discarded < linger_bytes;) {
+            auto [rec, n] = co_await stream.async_read_some(buffer.prepare(linger_read_bytes), use_tuple);
+            if (rec) break;
+            discarded += n;
+        }
+    }
+
+    beast::tcp_stream stream;
     beast::flat_buffer buffer;
+
+private:
+    std::list<connection*>& list_;
+    std::list<connection*>::iterator place_;
+    bool listed_ = true;
+};
+
+asio::awaitable<void> admin_server::serve(std::unique_ptr<connection> conn) {
+    const admin_hooks hooks{metrics_, ready_, reload_, offenders_};
+    auto& stream = conn->stream;
     for (bool first = true;; first = false) {
         bhttp::request_parser<bhttp::string_body> parser;
-        parser.header_limit(16 * 1024);
-        parser.body_limit(64 * 1024);
-        stream.expires_after(first ? limits.header_timeout : limits.idle_timeout);
-        auto [ec, n] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
+        parser.header_limit(max_header_bytes);
+        parser.body_limit(max_body_bytes);
+        stream.expires_after(first ? limits_.header_timeout : limits_.idle_timeout);
+        auto [ec, n] = co_await bhttp::async_read(stream, conn->buffer, parser, use_tuple);
         if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
             ec == asio::error::connection_reset || ec == asio::error::operation_aborted)
             break;
         auto res = ec ? refusal(ec) : answer(parser.get(), hooks);
-        stream.expires_after(limits.header_timeout);
+        stream.expires_after(limits_.header_timeout);
         auto [wec, wn] = co_await bhttp::async_write(stream, res, use_tuple);
-        if (wec || !res.keep_alive()) break;
+        if (wec) co_return;
+        if (!res.keep_alive()) {
+            co_await conn->linger();
+            co_return;
+        }
+        conn->waiting();
     }
     beast::error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
-}  // namespace
+void admin_server::make_room() {
+    open_.front()->evict();
+    ++evicted_;
+    spdlog::debug("admin listener full: closed the connection waiting longest");
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_eviction_log_) return;
+    next_eviction_log_ = now + eviction_log_interval;
+    spdlog::warn("admin listener: {} connections open, closing those waiting longest to admit new ones ({} so far)",
+                 limits_.max_connections, evicted_);
+}
 
 admin_server::admin_server(asio::io_context& ioc, tcp::endpoint listen, const metrics::registry& metrics,
                            std::function<readiness()> ready, std::function<app::reload_result()> reload,
@@ -192,6 +282,12 @@ admin_server::admin_server(asio::io_context& ioc, tcp::endpoint listen, const me
     acceptor_.listen();
 }
 
+// Connections still open are destroyed with the io_context, after this: they must not
+// reach back into open_.
+admin_server::~admin_server() {
+    while (!open_.empty()) open_.front()->unlist();
+}
+
 void admin_server::start() {
     asio::co_spawn(
         ioc_,
@@ -205,14 +301,11 @@ void admin_server::start() {
                     co_await pause.async_wait(use_tuple);
                     continue;
                 }
-                if (open_ >= limits_.max_connections) continue;  // the socket closes as it goes out of scope
-                ++open_;
-                asio::co_spawn(
-                    ioc_, serve_admin(std::move(socket), admin_hooks{metrics_, ready_, reload_, offenders_}, limits_),
-                    [this](std::exception_ptr e) {
-                        --open_;
-                        if (e) spdlog::warn("admin connection ended by an exception");
-                    });
+                if (!open_.empty() && open_.size() >= limits_.max_connections) make_room();
+                asio::co_spawn(ioc_, serve(std::make_unique<connection>(std::move(socket), open_)),
+                               [](std::exception_ptr e) {
+                                   if (e) spdlog::warn("admin connection ended by an exception");
+                               });
             }
         },
         [](std::exception_ptr e) {

@@ -8,11 +8,15 @@
 #include "limit/offenders.hpp"
 #include "metrics/metrics.hpp"
 
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
+#include <list>
+#include <memory>
 #include <vector>
 
 namespace sluice::app {
@@ -24,7 +28,9 @@ enum class readiness { ready, degraded, not_ready };
 struct admin_limits {
     std::chrono::milliseconds header_timeout{10'000};  // a request, and writing its answer
     std::chrono::milliseconds idle_timeout{60'000};    // between requests
-    std::size_t max_connections = 64;                  // more are closed at once
+    // At the cap, a new connection closes the one that has waited longest for its request:
+    // idle and slow clients cannot lock a probe out.
+    std::size_t max_connections = 64;
 };
 
 class admin_server {
@@ -34,11 +40,18 @@ public:
     admin_server(boost::asio::io_context& ioc, boost::asio::ip::tcp::endpoint listen, const metrics::registry& metrics,
                  std::function<readiness()> ready, std::function<app::reload_result()> reload,
                  std::function<std::vector<limit::offender>()> offenders, admin_limits limits);
+    ~admin_server();
+    admin_server(const admin_server&) = delete;
+    admin_server& operator=(const admin_server&) = delete;
     boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
     void start();
     void stop();
 
 private:
+    class connection;
+    boost::asio::awaitable<void> serve(std::unique_ptr<connection> conn);
+    void make_room();
+
     boost::asio::io_context& ioc_;
     boost::asio::ip::tcp::acceptor acceptor_;
     const metrics::registry& metrics_;
@@ -46,7 +59,9 @@ private:
     std::function<app::reload_result()> reload_;
     std::function<std::vector<limit::offender>()> offenders_;
     admin_limits limits_;
-    std::size_t open_ = 0;
+    std::list<connection*> open_;  // the one waiting longest for a request first
+    std::uint64_t evicted_ = 0;
+    std::chrono::steady_clock::time_point next_eviction_log_{};
 };
 
 }  // namespace sluice::app

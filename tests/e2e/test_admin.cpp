@@ -1,7 +1,10 @@
 // The admin listener, the command line, and a graceful stop.
 #include "e2e.hpp"
 
+#include <sys/socket.h>
+
 #include <csignal>
+#include <vector>
 
 using namespace sluice::test;
 
@@ -39,6 +42,77 @@ TEST_CASE("admin: /metrics counts requests by route and status class") {
           "# TYPE sluice_upstream_errors_total counter", "# TYPE sluice_client_connections gauge",
           "# TYPE sluice_upstream_idle_connections gauge"})
         CHECK_MESSAGE(m.find(family) != std::string::npos, family);
+}
+
+// Issue 21: 64 connections that never finish a header held every admin slot, and a probe was
+// closed at accept. A new connection now closes the one that has waited longest.
+TEST_CASE("admin: probes are answered while 70 slow connections are open") {
+    proxy_fixture f;
+    std::vector<connection> slow;
+    for (int i = 0; i < 70; ++i) {
+        slow.emplace_back("127.0.0.1", f.gw->admin_port, 5s);
+        slow.back().send("GET /healthz HTTP/1.1\r\nHost: t\r\n");
+    }
+    for (const char* path : {"/healthz", "/readyz", "/metrics"}) {
+        CAPTURE(path);
+        connection probe("127.0.0.1", f.gw->admin_port, 2s);
+        probe.send(make_request("GET", path));
+        CHECK(probe.read_response().status == 200);
+    }
+    // The oldest made room (73 connections over a cap of 64).
+    CHECK(slow.front().wait_closed(5s));
+    CHECK_NOTHROW(f.gw->proc->wait_for_line("closing those waiting longest", 5s));
+}
+
+TEST_CASE("admin: a header not finished within server.header_timeout is cut off") {
+    proxy_fixture f(yaml_overrides{{"server.header_timeout", "300ms"}});
+    connection c("127.0.0.1", f.gw->admin_port, 5s);
+    c.send("GET /healthz HTTP/1.1\r\nHost: t\r\n");
+    CHECK(c.wait_closed(5s));
+}
+
+// Issue 21: a request header over the admin's 16 KiB limit was answered 413.
+TEST_CASE("admin: a 20 KB request header is answered 431 with a JSON reason") {
+    proxy_fixture f;
+    connection c("127.0.0.1", f.gw->admin_port, 5s);
+    c.send(make_request("GET", "/healthz", {{"X-Filler", std::string(20 * 1024, 'a')}}));
+    auto r = c.read_response();
+    CHECK(r.status == 431);
+    CHECK(r.header("Content-Type") == "application/json");
+    CHECK(json_of(r).at("error").as_string() == "header_too_large");
+}
+
+// Issue 21: the admin closed with the body unread, and the reset could beat its 413 to the
+// client. It now stops sending and drains the rest before closing.
+TEST_CASE("admin: POST /reload with a 1 MB body: the client reads the 413") {
+    proxy_fixture f;
+    for (int i = 0; i < 3; ++i) {
+        CAPTURE(i);
+        connection c("127.0.0.1", f.gw->admin_port, 5s);
+        // A fixed send buffer (no autotuning up to 4 MiB): the body cannot all sit in kernel
+        // buffers, so the client is still sending when the gateway is done with the request.
+        const int sndbuf = 64 * 1024;
+        REQUIRE(::setsockopt(c.fd(), SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf) == 0);
+        c.send(make_request("POST", "/reload", {}, std::string(1'000'000, 'x')));
+        auto r = c.read_response();
+        CHECK(r.status == 413);
+        CHECK(json_of(r).at("error").as_string() == "payload_too_large");
+        CHECK(c.wait_closed(5s));
+    }
+}
+
+// Issue 21: GET /top?n=5&n=6 was answered 200 where every other bad query is a 400.
+TEST_CASE("admin: GET /top with a repeated parameter is a 400 with a JSON reason") {
+    proxy_fixture f;
+    for (const char* target : {"/top?n=5&n=6", "/top?n=5&n=5"}) {
+        CAPTURE(target);
+        auto r = fetch(f.gw->admin_port, "GET", target);
+        CHECK(r.status == 400);
+        CHECK(r.header("Content-Type") == "application/json");
+        CHECK(json_of(r).at("error").as_string() == "bad_request");
+        CHECK(json_of(r).at("message").as_string() == "n is given more than once");
+    }
+    CHECK(fetch(f.gw->admin_port, "GET", "/top?n=5").status == 200);
 }
 
 TEST_CASE("--check validates the config file") {
