@@ -52,12 +52,13 @@ instructions() {
   ' "$1"
 }
 
+stages=()          # alias of each stage ("" when unnamed), in order
+bases=()           # its FROM image
+ins=()
 if [ ! -f Dockerfile ]; then
   fail "Dockerfile missing"
 else
   mapfile -t ins < <(instructions Dockerfile)
-  stages=()        # alias of each stage ("" when unnamed), in order
-  bases=()         # its FROM image
   declare -A stage_user=() stage_expose=() stage_health=() stage_entry=()
   stage=-1
   for l in "${ins[@]}"; do
