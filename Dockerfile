@@ -1,9 +1,11 @@
 # Sluice container: built from debian:12 with the same dependency script CI runs.
 #   docker build -t sluice .                       # the gateway (the last stage, "gateway")
 #   docker build -t sluice-upstream --target demo-upstream .   # the demo upstream
-#   docker compose up --build                      # gateway + Redis + demo upstream (compose.yaml)
+#   docker compose up --build                      # gateway + Redis + demo upstream (compose.yaml;
+#                                                  # Debian's docker-compose 1.29 works too)
 # The default CMD runs /etc/sluice/container.yaml (memory store, upstream "http://upstream:3000",
-# resolved at start). With another upstream, mount a config of your own:
+# resolved at start; drains for 8 s, under docker's default stop timeout of 10 s). With
+# another upstream, mount a config of your own:
 #   docker run -p 8080:8080 -p 127.0.0.1:9090:9090 -v $PWD/my.yaml:/etc/sluice/my.yaml \
 #     sluice --config /etc/sluice/my.yaml
 # Only the sources the build reads are copied, so a local build/ tree never reaches the image.
@@ -28,9 +30,12 @@ RUN cmake -S . -B build -DBUILD_TESTING=ON \
  && cmake --build build -j "$(nproc)" --target sluice_test_upstream
 
 # --- runtime: the shared libraries and an unprivileged user, common to both images ---
+# apt's lists and caches are removed in the RUN that fills them, whatever the base image's
+# apt configuration would keep (debian:12's docker-clean hook, absent from other bases).
 FROM debian:12 AS runtime
 COPY scripts/install-deps.sh /tmp/install-deps.sh
-RUN bash /tmp/install-deps.sh --runtime && rm -rf /var/lib/apt/lists/* /tmp/install-deps.sh \
+RUN bash /tmp/install-deps.sh --runtime \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /tmp/install-deps.sh \
  && useradd --system --no-create-home --shell /usr/sbin/nologin sluice
 
 # --- demo-upstream: docker build --target demo-upstream . ---

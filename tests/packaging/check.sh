@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Packaging checks that need no Docker engine: Dockerfile, compose.yaml, conf/*.yaml,
-# conf/grafana-dashboard.json, the metrics table in README.md.
+# Packaging checks that need no Docker engine: Dockerfile, compose.yaml (also through
+# docker-compose / docker compose config when installed), the containers' health checks,
+# drain and stop timeouts, conf/*.yaml, conf/grafana-dashboard.json, the metrics table in
+# README.md.
 #   check.sh SOURCE_DIR SLUICE_BINARY
 # Prints one line per check; exits 1 after listing every failure.
 set -uo pipefail
@@ -50,12 +52,13 @@ instructions() {
   ' "$1"
 }
 
+stages=()          # alias of each stage ("" when unnamed), in order
+bases=()           # its FROM image
+ins=()
 if [ ! -f Dockerfile ]; then
   fail "Dockerfile missing"
 else
   mapfile -t ins < <(instructions Dockerfile)
-  stages=()        # alias of each stage ("" when unnamed), in order
-  bases=()         # its FROM image
   declare -A stage_user=() stage_expose=() stage_health=() stage_entry=()
   stage=-1
   for l in "${ins[@]}"; do
@@ -172,6 +175,11 @@ else
   if grep -n $'\t' compose.yaml; then fail "compose.yaml contains tabs"; structural_ok=0; fi
   bad_indent=$(awk '!/^[[:space:]]*(#|$)/ { match($0, /^ */); if (RLENGTH % 2) print NR": "$0 }' compose.yaml)
   if [ -n "$bad_indent" ]; then fail "compose.yaml: odd indentation: $bad_indent"; structural_ok=0; fi
+  # No top-level name: Debian 12's docker-compose (1.29) refuses it ("'name' does not match
+  # any of the regexes"); the project is named after the directory instead.
+  if top_name=$(grep -nE '^name:' compose.yaml); then
+    fail "compose.yaml:${top_name%%:*}: top-level name: Debian's docker-compose 1.29 refuses it; leave it out (the project is then named after the directory, or by -p)"; structural_ok=0
+  else ok "compose.yaml has no top-level name: (which Debian's docker-compose 1.29 refuses)"; fi
   bad_top=$(grep -nE '^[^ #]' compose.yaml | grep -vE '^[0-9]+:(name|services|volumes|networks|configs|secrets|x-[A-Za-z0-9_-]+):' || true)
   if [ -n "$bad_top" ]; then fail "compose.yaml: unexpected top-level keys: $bad_top"; structural_ok=0; fi
   for svc in sluice redis upstream; do
@@ -236,6 +244,219 @@ PY
     else fail "compose.yaml: PyYAML parse or content check failed (above)"; fi
   else
     note "PyYAML not installed: compose.yaml checked structurally only (no real YAML parse)"
+  fi
+fi
+
+# --- containers, as a user runs them ---------------------------------------------------
+# Docker's and podman's default stop timeout (SIGTERM, then SIGKILL after it): what
+# `docker run` and a compose service without stop_grace_period give the gateway.
+default_stop=10s
+drain_margin_ms=2000        # a drain must end this much before the stop timeout
+default_drain=10s           # server.drain_timeout when a config leaves it out
+
+to_ms() {  # to_ms DURATION: "8s", "500ms", "1m30s" -> milliseconds; status 1 if unparsable
+  local s=$1 total=0 n
+  s=${s//\"/}; s=${s//\'/}
+  [[ $s =~ ^([0-9]+(us|ms|s|m|h))+$ ]] || return 1
+  while [[ $s =~ ^([0-9]+)(us|ms|s|m|h)(.*)$ ]]; do
+    n=$((10#${BASH_REMATCH[1]})); s=${BASH_REMATCH[3]}
+    case ${BASH_REMATCH[2]} in
+      us) total=$((total + n / 1000)) ;;
+      ms) total=$((total + n)) ;;
+      s)  total=$((total + n * 1000)) ;;
+      m)  total=$((total + n * 60000)) ;;
+      h)  total=$((total + n * 3600000)) ;;
+    esac
+  done
+  echo "$total"
+}
+sub_block() {  # sub_block SERVICE-BLOCK KEY: the lines under one key of a service
+  awk -v k="$2" '
+    /^[[:space:]]*(#|$)/ { next }
+    { match($0, /^ */); ind = RLENGTH }
+    ind <= 4 { inside = (ind == 4 && index($0, "    " k ":") == 1); next }
+    inside { print }
+  ' <<<"$1"
+}
+compose_services() {
+  awk '/^[^ #]/ { in_s = ($0 ~ /^services:/); next }
+       in_s && /^  [A-Za-z0-9._-]+:/ { n = $1; sub(/:.*/, "", n); print n }' compose.yaml
+}
+quoted_items() {  # the double-quoted strings of a flow list, unquoted, one a line
+  grep -oE '"([^"\\]|\\.)*"' <<<"$1" | sed -E 's/^"//; s/"$//; s/\\(.)/\1/g'
+}
+chain_of() {  # chain_of STAGE: the stage, then its base within this Dockerfile, and so on
+  local s=$1 t next
+  while :; do
+    echo "$s"
+    next=-1
+    for ((t = 0; t < s; t++)); do [ -n "${stages[t]}" ] && [ "${stages[t]}" = "${bases[s]}" ] && next=$t; done
+    ((next < 0)) && break
+    s=$next
+  done
+}
+stage_index() {  # stage_index ALIAS: its index, or the final stage's for ""
+  local t
+  [ -z "$1" ] && { echo $((${#stages[@]} - 1)); return; }
+  for ((t = 0; t < ${#stages[@]}; t++)); do [ "${stages[t]}" = "$1" ] && { echo "$t"; return; }; done
+  echo -1
+}
+conf_drain() {  # conf_drain FILE: server.drain_timeout as written, or the default
+  local d
+  d=$(awk '/^[^ #]/ { in_s = ($0 ~ /^server:/); next }
+           in_s && /^  drain_timeout:/ { v = $0; sub(/^  drain_timeout: */, "", v); sub(/[ #].*/, "", v); print v; exit }' "$1")
+  echo "${d:-$default_drain}"
+}
+check_drain() {  # check_drain CONF STOP-DURATION WHERE
+  local drain d_ms s_ms
+  drain=$(conf_drain "$1")
+  if ! d_ms=$(to_ms "$drain"); then fail "$1: cannot read server.drain_timeout '$drain'"; return; fi
+  if ! s_ms=$(to_ms "$2"); then fail "$3: cannot read the stop timeout '$2'"; return; fi
+  if ((d_ms + drain_margin_ms <= s_ms)); then
+    ok "$1: server.drain_timeout $drain ends ${drain_margin_ms}ms or more before the stop timeout $2 ($3)"
+  else
+    fail "$1: server.drain_timeout $drain is not ${drain_margin_ms}ms under the stop timeout $2 ($3): a request in flight is SIGKILLed with the gateway instead of being cut off by the drain"
+  fi
+}
+
+if [ -f Dockerfile ] && [ -f compose.yaml ] && ((${#stages[@]})); then
+  # Parsed HEALTHCHECK of a stage as "TEST US interval_ms US timeout_ms US start_period_ms
+  # US retries" (US the unit separator, as TEST may hold "|"), TEST being "sh: COMMAND" (shell form) or "exec: ARG ARG..." (exec form); "" if none.
+  image_health() {
+    local h="" c opts cmd o interval=30s timeout=30s start=0s retries=3 test
+    for c in $(chain_of "$1"); do [ -n "${stage_health[$c]:-}" ] && { h=${stage_health[$c]}; break; }; done
+    [ -z "$h" ] || [[ $h =~ ^NONE ]] && return
+    opts=${h%%CMD *}; cmd=${h#*CMD }
+    for o in $opts; do
+      case $o in
+        --interval=*) interval=${o#*=} ;;
+        --timeout=*) timeout=${o#*=} ;;
+        --start-period=*) start=${o#*=} ;;
+        --retries=*) retries=${o#*=} ;;
+      esac
+    done
+    if [[ $cmd == \[* ]]; then test="exec: $(quoted_items "$cmd" | paste -sd' ')"; else test="sh: $cmd"; fi
+    printf '%s\x1f%s\x1f%s\x1f%s\x1f%s\n' "$test" "$(to_ms "$interval")" "$(to_ms "$timeout")" "$(to_ms "$start")" "$retries"
+  }
+  # The same from a service's healthcheck: block (Compose's defaults are Docker's).
+  compose_health() {
+    local hc=$1 v interval timeout start retries test items
+    v=$(sed -nE 's/^      test: *//p' <<<"$hc" | sed -E 's/[[:space:]]+#.*$//')
+    if [[ $v == \[* ]]; then items=$(quoted_items "$v")
+    elif [ -z "$v" ]; then items=$(sed -nE 's/^        - *//p' <<<"$hc" | sed -E 's/^"(.*)"$/\1/; s/^'"'"'(.*)'"'"'$/\1/')
+    else items=$'CMD-SHELL\n'$(sed -E 's/^"(.*)"$/\1/; s/^'"'"'(.*)'"'"'$/\1/' <<<"$v")
+    fi
+    case $(head -n1 <<<"$items") in
+      CMD-SHELL) test="sh: $(sed -n 2p <<<"$items")" ;;
+      CMD) test="exec: $(tail -n +2 <<<"$items" | paste -sd' ')" ;;
+      *) test="unreadable: $v" ;;
+    esac
+    interval=$(sed -nE 's/^      interval: *//p' <<<"$hc"); timeout=$(sed -nE 's/^      timeout: *//p' <<<"$hc")
+    start=$(sed -nE 's/^      start_period: *//p' <<<"$hc"); retries=$(sed -nE 's/^      retries: *//p' <<<"$hc")
+    printf '%s\x1f%s\x1f%s\x1f%s\x1f%s\n' "$test" "$(to_ms "${interval:-30s}")" "$(to_ms "${timeout:-30s}")" "$(to_ms "${start:-0s}")" "${retries:-3}"
+  }
+
+  gateway_stages=()   # stages whose image runs the gateway, by the final stage's ENTRYPOINT
+  shipped=()          # stages that end up in an image: the final one and compose's targets
+  for c in $(chain_of $((${#stages[@]} - 1))); do shipped+=("$c"); done
+  for svc in $(compose_services); do
+    blk=$(service_block "$svc")
+    grep -qE '^    build:' <<<"$blk" || continue
+    t=$(grep -oE '^      target: *[A-Za-z0-9._-]+' <<<"$blk" | sed 's/.*target: *//' || true)
+    idx=$(stage_index "$t")
+    ((idx < 0)) && continue   # reported above
+    for c in $(chain_of "$idx"); do shipped+=("$c"); done
+    label="service $svc (stage ${stages[idx]:-#$idx})"
+
+    # (1) The image's HEALTHCHECK, repeated in compose.yaml.
+    want=$(image_health "$idx")
+    hc=$(sub_block "$blk" healthcheck)
+    if [ -z "$want" ]; then
+      note "compose.yaml: $label: its stage has no HEALTHCHECK to repeat"
+    elif [ -z "$hc" ]; then
+      fail "compose.yaml: $label has no healthcheck: (the image's is ${want%%$'\x1f'*}); builders that drop HEALTHCHECK (podman build, OCI format) leave it unchecked"
+    else
+      got=$(compose_health "$hc")
+      IFS=$'\x1f' read -r w_test w_int w_to w_sp w_re <<<"$want"
+      IFS=$'\x1f' read -r g_test g_int g_to g_sp g_re <<<"$got"
+      bad=()
+      [ "$w_test" = "$g_test" ] || bad+=("test '$g_test', the image's '$w_test'")
+      [ "$w_int" = "$g_int" ] || bad+=("interval ${g_int}ms, the image's ${w_int}ms")
+      [ "$w_to" = "$g_to" ] || bad+=("timeout ${g_to}ms, the image's ${w_to}ms")
+      [ "$w_sp" = "$g_sp" ] || bad+=("start_period ${g_sp}ms, the image's ${w_sp}ms")
+      [ "$w_re" = "$g_re" ] || bad+=("retries $g_re, the image's $w_re")
+      if ((${#bad[@]})); then fail "compose.yaml: $label: healthcheck differs from the Dockerfile's HEALTHCHECK: $(IFS=';'; echo "${bad[*]}")"
+      else ok "compose.yaml: $label has the image's health check (${w_test}; interval ${w_int}ms, timeout ${w_to}ms, start period ${w_sp}ms, retries $w_re)"; fi
+    fi
+
+    # (2) The config the service's gateway runs drains within its stop timeout.
+    entry=""
+    for c in $(chain_of "$idx"); do [ -n "${stage_entry[$c]:-}" ] && { entry=${stage_entry[$c]}; break; }; done
+    [[ $entry == *"/usr/local/bin/sluice\""* ]] || continue
+    cmdtxt=$(grep -E '^    command:' <<<"$blk"; sub_block "$blk" command)
+    path=$(grep -oE "[^][ \"',]+\.ya?ml" <<<"$cmdtxt" | head -n1 || true)
+    [ -z "$path" ] && path=$(grep -E '^CMD ' Dockerfile | grep -oE "[^][ \"',]+\.ya?ml" | tail -n1)
+    conf=$(grep -oE "\./conf/[^:]+:$path(:|\$)" <<<"$(sub_block "$blk" volumes)" | head -n1 | sed -E 's#^\./##; s#:.*##' || true)
+    [ -z "$conf" ] && conf=$(grep -E "^COPY +conf/[^ ]+ +$path *\$" Dockerfile | awk '{print $2}' | head -n1)
+    grace=$(sed -nE 's/^    stop_grace_period: *([^ #]+).*/\1/p' <<<"$blk")
+    if [ -z "$conf" ] || [ ! -f "$conf" ]; then
+      fail "compose.yaml: $label runs ${path:-no config}, which is neither mounted from nor copied from conf/"
+    else
+      check_drain "$conf" "${grace:-$default_stop}" "compose.yaml service $svc, $([ -n "$grace" ] && echo "its stop_grace_period" || echo "the default stop timeout")"
+    fi
+  done
+  # Healthchecks others wait on: a service_healthy condition on a service without one in
+  # compose.yaml fails as soon as its image lacks a HEALTHCHECK.
+  for dep in $(awk '
+      /^  [A-Za-z0-9._-]+:/ { indep = 0 }
+      /^    depends_on:/ { indep = 1; next }
+      /^    [^ ]/ { indep = 0 }
+      indep && /^      [A-Za-z0-9._-]+:/ { d = $1; sub(/:.*/, "", d) }
+      indep && /condition: *service_healthy/ { print d }' compose.yaml | sort -u); do
+    if [ -n "$(sub_block "$(service_block "$dep")" healthcheck)" ]; then ok "compose.yaml: $dep, waited on as service_healthy, has a healthcheck: of its own"
+    else fail "compose.yaml: services wait for $dep to be service_healthy, but it has no healthcheck: in compose.yaml"; fi
+  done
+
+  # Every config copied into the image may be run by `docker run`: the default stop timeout.
+  while read -r src dst; do
+    check_drain "$src" "$default_stop" "in the image as $dst, under docker's and podman's default stop timeout"
+  done < <(printf '%s\n' "${ins[@]}" | awk -F'\t' '$2 == "COPY" && $3 !~ /--from=/ { n = split($3, f, " "); if (f[1] ~ /^conf\/.*\.ya?ml$/) print f[1], f[n] }')
+
+  # The shipped stages that install packages drop apt's lists and caches in the same RUN.
+  mapfile -t shipped < <(printf '%s\n' "${shipped[@]}" | sort -un)
+  for s in "${shipped[@]}"; do
+    while IFS=$'\t' read -r lineno _ args; do
+      miss=()
+      grep -qE 'rm +-[a-zA-Z]*r[a-zA-Z]* +([^&;|]* )?/var/lib/apt/lists(/\*)?([ ;&|]|$)' <<<"$args" || miss+=("rm -rf /var/lib/apt/lists/*")
+      grep -qE 'apt-get +(-[^ ]+ +)*clean([ ;&|]|$)' <<<"$args" || miss+=("apt-get clean")
+      if ((${#miss[@]})); then fail "Dockerfile:$lineno: stage ${stages[s]:-#$s} installs packages and keeps apt's files (add to that RUN: $(printf '%s && ' "${miss[@]}" | sed 's/ && $//')); the image's size would depend on the base image's apt configuration"
+      else ok "Dockerfile:$lineno: stage ${stages[s]:-#$s} drops apt's lists and caches in the RUN that installs"; fi
+    done < <(printf '%s\n' "${ins[@]}" | awk -F'\t' -v want="$s" '$2 == "FROM" { n++ } n - 1 == want && $2 == "RUN" && $3 ~ /install-deps\.sh/')
+  done
+fi
+
+# Validation by the Compose tools themselves, when present: Debian 12's docker-compose
+# (1.29, python) and the Compose v2 plugin (`docker compose`). Neither needs an engine.
+profiles=$(grep -oE '^    profiles: *\[[^]]*\]' compose.yaml 2>/dev/null | grep -oE '[A-Za-z0-9_.-]+' | grep -v '^profiles$' | sort -u || true)
+compose_validate() {  # compose_validate NAME COMMAND...
+  local name=$1 out p; shift
+  if out=$(SLUICE_HASH_SECRET= timeout 120 "$@" -f compose.yaml config -q 2>&1); then ok "$name accepts compose.yaml (config -q)"
+  else fail "$name refuses compose.yaml: $out"; fi
+  for p in $profiles; do
+    if out=$(SLUICE_HASH_SECRET= timeout 120 "$@" -f compose.yaml --profile "$p" config -q 2>&1); then ok "$name accepts compose.yaml with profile $p"
+    else fail "$name refuses compose.yaml with profile $p: $out"; fi
+  done
+}
+if [ -f compose.yaml ]; then
+  if command -v docker-compose >/dev/null; then
+    compose_validate "docker-compose $(docker-compose version --short 2>/dev/null)" docker-compose
+  else
+    note "docker-compose not installed (Debian: apt-get install --no-install-recommends docker-compose): compose.yaml not validated by Compose 1.29"
+  fi
+  if command -v docker >/dev/null && v2=$(timeout 20 docker compose version --short 2>/dev/null); then
+    compose_validate "docker compose $v2" docker compose
+  else
+    note "no Compose v2 plugin (docker compose): compose.yaml not validated by Compose v2"
   fi
 fi
 
