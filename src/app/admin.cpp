@@ -1,6 +1,7 @@
 #include "app/admin.hpp"
 
 #include "http/async.hpp"
+#include "http/response.hpp"
 #include "identity/hasher.hpp"
 
 #include <spdlog/spdlog.h>
@@ -135,7 +136,8 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
             case readiness::degraded: res.body() = R"({"status":"degraded","store":"local"})"; break;
             case readiness::not_ready:
                 res.result(bhttp::status::service_unavailable);
-                res.body() = R"({"status":"not_ready"})";
+                res.body() =
+                    R"({"status":"not_ready","reason":"the rate-limit store cannot decide yet: not connected, its script not loaded, or a Cluster slot without a ready node"})";
                 break;
         }
     } else if (path == "/metrics") {
@@ -157,6 +159,7 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
         res.body() = R"({"error":"not_found","message":"try /healthz, /readyz, /metrics or /top"})";
     }
     res.keep_alive(req.keep_alive());
+    res.set(bhttp::field::date, http::date_now());
     res.prepare_payload();
     if (req.method() == bhttp::verb::head) res.body().clear();
     return res;
@@ -176,6 +179,7 @@ bhttp::response<bhttp::string_body> refusal(const beast::error_code& ec) {
         res.body() = error_body("bad_request", "malformed request");
     }
     res.keep_alive(false);
+    res.set(bhttp::field::date, http::date_now());
     res.prepare_payload();
     return res;
 }

@@ -16,22 +16,28 @@ void append_number(std::string& out, std::uint64_t n) {
     out.append(buf, r.ptr);
 }
 
-void append_date(std::string& out) {
+std::string_view date_now() {
     static constexpr const char* days[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
     static constexpr const char* months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                              "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
     thread_local std::time_t cached_at = -1;
-    thread_local char text[48];
+    thread_local char text[32];
     thread_local int length = 0;
     const std::time_t now = std::time(nullptr);
     if (now != cached_at) {
         std::tm t{};
         gmtime_r(&now, &t);
-        length = std::snprintf(text, sizeof text, "Date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n", days[t.tm_wday],
-                               t.tm_mday, months[t.tm_mon], t.tm_year + 1900, t.tm_hour, t.tm_min, t.tm_sec);
+        length = std::snprintf(text, sizeof text, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[t.tm_wday], t.tm_mday,
+                               months[t.tm_mon], t.tm_year + 1900, t.tm_hour, t.tm_min, t.tm_sec);
         cached_at = now;
     }
-    out.append(text, static_cast<std::size_t>(length));
+    return {text, static_cast<std::size_t>(length)};
+}
+
+void append_date(std::string& out) {
+    out += "Date: ";
+    out += date_now();
+    out += "\r\n";
 }
 
 namespace {

@@ -77,8 +77,11 @@ void write_failure(std::string& out, const failure& f, connection c, std::string
 void write_limited(std::string& out, std::string_view policy, std::int64_t retry_after_s, std::string_view fields,
                    connection c);
 
-// Appends "Date: <IMF-fixdate>\r\n" for now (RFC 9110 section 6.6.1), formatted at most once
-// a second per thread.
+// Now as an IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT", RFC 9110 section 5.6.7), formatted
+// at most once a second per thread; valid until the calling thread's next call.
+std::string_view date_now();
+// Appends "Date: <date_now()>\r\n": every answer of a server with a clock has one (RFC 9110
+// section 6.6.1).
 void append_date(std::string& out);
 
 // Appends the decimal digits of n.
