@@ -12,9 +12,10 @@ void keep(T& next, const T& running, const char* key, std::vector<std::string>& 
     next = running;
 }
 
-// A file cut short (an editor's in-place rewrite caught by SIGHUP, a full disk) still
-// parses: YAML has no terminator. One that would remove every policy or route of the
-// running config is taken for such a file rather than for an intent to stop limiting.
+// A file cut short (a full disk, an in-place writer that stopped for longer than the
+// stable read waits) still parses: YAML has no terminator. One that would remove every
+// policy or route of the running config is taken for such a file rather than for an
+// intent to stop limiting.
 std::string truncated(const config::config& next, const config::config& running) {
     auto lost = [](const char* what, std::size_t before) {
         return "the file has no " + std::string(what) + " while the running configuration has " +

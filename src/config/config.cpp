@@ -10,7 +10,6 @@
 #include <array>
 #include <cerrno>
 #include <charconv>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -26,6 +25,7 @@
 #include <boost/asio/ip/network_v6.hpp>
 #include <boost/url/parse.hpp>
 
+#include "config/stable_file.hpp"
 #include "config/yaml_schema.hpp"
 
 namespace sluice::config {
@@ -718,7 +718,6 @@ jwt_config read_jwt(const node_ref& n) {
     return jwt;
 }
 
-std::string read_whole_file(const std::string& path);
 YAML::Node parse_document(const std::string& text, const std::string& name);
 
 std::array<std::uint8_t, 32> read_sha256(const node_ref& v) {
@@ -742,7 +741,7 @@ std::array<std::uint8_t, 32> read_sha256(const node_ref& v) {
 
 // The registry file: a list of { sha256, user, plan }. Its errors name its own file.
 std::vector<api_key_entry> read_key_file(const std::string& path) {
-    const YAML::Node doc = parse_document(read_whole_file(path), path);
+    const YAML::Node doc = parse_document(read_stable_file(path), path);
     const node_ref root(doc, path);
     std::vector<api_key_entry> keys;
     if (root.is_null()) return keys;
@@ -1257,17 +1256,6 @@ YAML::Node parse_document(const std::string& text, const std::string& name) {
     }
 }
 
-std::string read_whole_file(const std::string& path) {
-    auto fail = [&] { throw config_error(path + ": cannot read: " + std::strerror(errno)); };
-    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-    if (!f) fail();
-    std::string text;
-    char buf[8192];
-    while (std::size_t n = std::fread(buf, 1, sizeof buf, f.get())) text.append(buf, n);
-    if (std::ferror(f.get())) fail();
-    return text;
-}
-
 }  // namespace
 
 const plan_config* config::find_plan(std::string_view name) const {
@@ -1294,7 +1282,7 @@ std::shared_ptr<const config> load_string(std::string_view yaml, const std::stri
     return out;
 }
 
-std::shared_ptr<const config> load_file(const std::string& path) { return load_string(read_whole_file(path), path); }
+std::shared_ptr<const config> load_file(const std::string& path) { return load_string(read_stable_file(path), path); }
 
 std::optional<duration> parse_duration(std::string_view s) { return parse_duration_why(s).value; }
 

@@ -291,6 +291,8 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// The file and its key registry are read by read_stable_file() (stable_file.hpp): one being
+// rewritten in place is waited for, up to a second, never loaded half-written.
 std::shared_ptr<const config> load_file(const std::string& path);
 std::shared_ptr<const config> load_string(std::string_view yaml, const std::string& name);
 

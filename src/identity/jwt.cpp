@@ -1,5 +1,7 @@
 #include "identity/jwt.hpp"
 
+#include "config/stable_file.hpp"
+
 #include <jwt.h>
 #include <openssl/bio.h>
 #include <openssl/core_names.h>
@@ -8,10 +10,8 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 
 namespace sluice::identity {
@@ -110,12 +110,11 @@ struct bio_deleter {
 };
 
 std::string read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("jwt: cannot read public_key_file '" + path + "'");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    if (!in && !in.eof()) throw std::runtime_error("jwt: cannot read public_key_file '" + path + "'");
-    return ss.str();
+    try {
+        return config::read_stable_file(path);
+    } catch (const config::config_error& e) {
+        throw std::runtime_error(std::string("jwt: public_key_file ") + e.what());
+    }
 }
 
 // Checks that `pem` is a public key usable for every asymmetric algorithm listed.

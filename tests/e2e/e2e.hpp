@@ -6,6 +6,7 @@
 #include "../support/process.hpp"
 
 #include <doctest/doctest.h>
+#include <openssl/evp.h>
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 
@@ -91,6 +92,20 @@ inline double eventually_metric(std::uint16_t admin_port, const std::string& sam
         return v == expected;
     });
     return v;
+}
+
+// SHA-256 in hex, as an API key registry names a key.
+inline std::string sha256_hex(const std::string& key) {
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    EVP_Digest(key.data(), key.size(), d, &n, EVP_sha256(), nullptr);
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string out;
+    for (unsigned i = 0; i < n; ++i) {
+        out += hex[d[i] >> 4];
+        out += hex[d[i] & 15];
+    }
+    return out;
 }
 
 // Peak resident set of a process in KiB, from /proc.

@@ -1,8 +1,6 @@
 // Rate limits on the memory store, through the real gateway binary.
 #include "e2e.hpp"
 
-#include <openssl/evp.h>
-
 #include <boost/json/parse.hpp>
 
 #include <atomic>
@@ -316,23 +314,6 @@ TEST_CASE("GET /top: the same on the Redis store (refusals from Redis and from t
     REQUIRE(eventually([&] { return fetch(f.gw->admin_port, "GET", "/readyz").status == 200; }));
     check_top(f);
 }
-
-namespace {
-
-std::string sha256_hex(const std::string& key) {
-    unsigned char d[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    EVP_Digest(key.data(), key.size(), d, &n, EVP_sha256(), nullptr);
-    static constexpr char hex[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned i = 0; i < n; ++i) {
-        out += hex[d[i] >> 4];
-        out += hex[d[i] & 15];
-    }
-    return out;
-}
-
-}  // namespace
 
 TEST_CASE("API key registry: keys of one user share its budget, unknown and missing keys get 401, reload re-reads") {
     const auto dir = make_temp_dir();

@@ -107,6 +107,127 @@ TEST_CASE("reloading under load fails no request") {
     CHECK(reloads_ok(*gw) == 6);
 }
 
+namespace {
+
+// A key registry in block style, one entry per key: a cut inside an entry still parses, and
+// drops its plan or shortens its user (cust22 becomes cust2 or cust, two other customers).
+std::string block_registry(const std::vector<std::pair<std::string, std::string>>& keys_users) {
+    std::string out;
+    for (const auto& [key, user] : keys_users)
+        out += "- sha256: " + sha256_hex(key) + "\n  user: " + user + "\n  plan: pro\n";
+    return out;
+}
+
+// Registry version i: a key of its own first, then the keys every version has.
+std::string registry_version(int i) {
+    return block_registry({{"rotating-" + std::to_string(i), "rot"},
+                           {"key-cust22", "cust22"},
+                           {"key-cust2", "cust2"},
+                           {"key-cust", "cust"}});
+}
+
+}  // namespace
+
+// Issue 21 item 5: a registry rewritten in place and read by a reload in the middle of the
+// write lost the keys after the cut (401), or an entry's plan, or the end of its user name.
+// Here it is rewritten in place (truncate, half, flush, the rest) over and over while SIGHUP
+// comes every 20 ms; now and then a version is left alone long enough to settle, so that
+// reloads do succeed meanwhile. A key in every version must always be known, on its plan, and spend its own
+// user's budget only: the tier of plan `pro` is the only one with that limit, and each
+// user's remaining count drops by one per request of its own key, never more.
+TEST_CASE("reload: a key registry rewritten in place is never half-applied") {
+    auto up = start_upstream();
+    const auto dir = make_temp_dir();
+    const std::string keys = dir + "/keys.yaml";
+    write_file(keys, registry_version(0));
+    auto gw = start_gateway(gateway_yaml(up->port, {}, R"(
+response: { headers: legacy }
+clients:
+  user:
+    api_key_header: X-API-Key
+    api_keys: { file: ")" + keys + R"(", require_known: true }
+    default_plan: trap
+plans:
+  pro: { user: [ {limit: 1000000, per: 1d, algorithm: fixed} ] }
+  trap: { user: [ {limit: 5, per: 1d, algorithm: fixed} ] }
+policies:
+  p: { user: plan }
+routes:
+  - { match: { path_prefix: / }, policy: p }
+)"));
+
+    std::atomic<bool> writing{true};
+    std::atomic<int> versions{0};
+    std::thread writer([&] {
+        const auto end = std::chrono::steady_clock::now() + 2s;
+        for (int i = 1; std::chrono::steady_clock::now() < end; ++i) {
+            const std::string text = registry_version(i);
+            const std::size_t cut = static_cast<std::size_t>(i) * 37 % text.size();
+            std::ofstream out(keys, std::ios::binary | std::ios::trunc);
+            out << text.substr(0, cut) << std::flush;
+            std::this_thread::sleep_for(2ms);
+            out << text.substr(cut);
+            out.close();
+            versions = i;
+            // Pacing: about 200 ms of versions back to back, then one left alone long enough to settle.
+            std::this_thread::sleep_for(i % 40 == 0 ? 150ms : 3ms);
+        }
+        writing = false;
+    });
+
+    int requests = 0, wrong_status = 0, wrong_plan = 0, overspent = 0;
+    std::string first_wrong;
+    std::thread client([&] {
+        const std::vector<std::string> stable{"key-cust22", "key-cust2", "key-cust"};
+        std::vector<long> remaining(stable.size(), -1);
+        while (writing) {
+            for (std::size_t k = 0; k < stable.size(); ++k) {
+                response r;
+                try {
+                    r = fetch(gw->port, "GET", "/", {{"X-API-Key", stable[k]}});
+                } catch (const std::exception& e) {
+                    r.body = e.what();
+                }
+                ++requests;
+                if (r.status != 200 || r.header("X-RateLimit-Limit") != "1000000") {
+                    ++(r.status != 200 ? wrong_status : wrong_plan);
+                    if (first_wrong.empty())
+                        first_wrong = stable[k] + ": " + std::to_string(r.status) + " limit " +
+                                      r.header("X-RateLimit-Limit") + " " + r.body;
+                    continue;
+                }
+                const long left = std::stol(r.header("X-RateLimit-Remaining"));
+                // One less than before, or more (the day's window turned over).
+                if (remaining[k] >= 0 && left != remaining[k] - 1 && left < remaining[k]) ++overspent;
+                remaining[k] = left;
+            }
+        }
+    });
+
+    int reloaded_while_writing = 0;
+    for (int i = 1; writing; ++i) {
+        gw->proc->signal(SIGHUP);
+        std::this_thread::sleep_for(20ms);
+        if (i % 25 == 0) reloaded_while_writing = reloads_ok(*gw);
+    }
+    writer.join();
+    client.join();
+
+    CAPTURE(first_wrong);
+    CHECK(requests > 100);
+    CHECK(wrong_status == 0);
+    CHECK(wrong_plan == 0);
+    CHECK(overspent == 0);
+    CHECK(reloaded_while_writing >= 1);
+    // The last version, now complete and still, is the one a reload applies.
+    CHECK(fetch(gw->admin_port, "POST", "/reload").status == 200);
+    CHECK(fetch(gw->port, "GET", "/", {{"X-API-Key", "rotating-" + std::to_string(versions.load())}}).status == 200);
+    CHECK(fetch(gw->port, "GET", "/", {{"X-API-Key", "rotating-" + std::to_string(versions.load() - 1)}}).status ==
+          401);
+    gw.reset();  // SIGHUPs still queued would find the file gone
+    std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("access log: one JSON line per request, identifiers hashed") {
     auto up = start_upstream();
     auto dir = make_temp_dir();
