@@ -123,6 +123,7 @@ private:
     asio::steady_timer collect_timer_{main_ioc_};
     asio::steady_timer store_wait_{main_ioc_};
     bool draining_ = false;
+    bool reload_queued_ = false;  // a SIGHUP's reload is posted and has not begun
     int exit_code_ = 0;
     void collect_expired();
 };
@@ -365,9 +366,17 @@ int gateway::run() {
     stop_signals_.async_wait([this](boost::system::error_code ec, int sig) {
         if (!ec) drain(sig);
     });
+    // A burst of SIGHUPs is one reload, and one more for those that came while it ran (a
+    // reload may wait for a file being written): the last file is read, none is read twice.
     std::function<void(boost::system::error_code, int)> on_hup = [this, &on_hup](boost::system::error_code ec, int) {
         if (ec) return;
-        reload();
+        if (!reload_queued_) {
+            reload_queued_ = true;
+            asio::post(main_ioc_, [this] {
+                reload_queued_ = false;
+                reload();
+            });
+        }
         reload_signal_.async_wait(on_hup);
     };
     reload_signal_.async_wait(on_hup);

@@ -89,7 +89,8 @@ routes:
     CHECK(std::stoll(m[1]) <= retry);
 }
 
-TEST_CASE("min_interval: Retry-After is the wait for the interval, not the window's reset, and RateLimit lists each tier") {
+TEST_CASE(
+    "min_interval: Retry-After is the wait for the interval, not the window's reset, and RateLimit lists each tier") {
     limited_fixture f(R"(
 policies:
   spaced:
