@@ -27,3 +27,15 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# The structured-field check (tests/sf) reads Sluice's fields with an npm parser: Node.js
+# (the machine's, else Debian's) and the one locked package.
+root=$(cd "$(dirname "$0")/.." && pwd)
+if [ "${1:-}" != "--runtime" ] && [ -f "$root/tests/sf/package-lock.json" ]; then
+  if ! command -v npm >/dev/null; then
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  fi
+  [ -d "$root/tests/sf/node_modules/structured-headers" ] ||
+    npm ci --prefix "$root/tests/sf" --no-audit --no-fund --loglevel=error >/dev/null
+fi
