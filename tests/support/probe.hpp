@@ -1,5 +1,5 @@
 // Looking at a child process from outside (memory, by /proc), and pacing a deliberately slow
-// client. For the end-to-end hardening tests.
+// client. For the end-to-end tests.
 #pragma once
 
 #include "harness.hpp"

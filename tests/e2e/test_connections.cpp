@@ -1,5 +1,5 @@
-// Hardening (issue "Hardening", review of 3a246d1): connection lifetimes and slow clients.
-// Each test reproduces one finding through the real gateway binary and the test upstream.
+// Connection lifetimes and slow clients, through the real gateway binary and the test
+// upstream: pooled sockets, draining on SIGTERM, idle and body timeouts, slow attacks.
 #include "../support/probe.hpp"
 #include "e2e.hpp"
 
@@ -30,14 +30,14 @@ int status_of(std::uint16_t port, const std::string& target, std::chrono::millis
 
 }  // namespace
 
-// Finding 1. A session kept a pointer to its last upstream socket; when the pool was full that
+// A session kept a pointer to its last upstream socket; when the pool was full that
 // connection was freed, and the deadline sweep later cancelled the freed socket once the client
 // sat idle past server.idle_timeout (ASan: heap-use-after-free; Release: a crash, or another
 // request's socket cancelled). Waves of 200 concurrent keep-alive clients, one request each,
 // against a pool of 4 free most upstream connections; each wave's clients then idle out
 // (300 ms) while later waves are in flight. Five waves; the gateway must answer every request,
 // time out every idle client, stay up and answer a fresh request.
-TEST_CASE("hardening: pool overflow, then idle timeouts: no freed upstream socket is touched") {
+TEST_CASE("pool overflow, then idle timeouts: no freed upstream socket is touched") {
     auto up = start_upstream();
     auto gw = start_gateway(gateway_yaml(up->port, {{"server.threads", "1"},
                                                     {"upstream.max_idle_per_worker", "4"},
@@ -83,10 +83,10 @@ TEST_CASE("hardening: pool overflow, then idle timeouts: no freed upstream socke
     CHECK(gw->proc->running());
 }
 
-// Finding 2. The same stale pointers: draining on SIGTERM expires every idle session, so the
+// The same stale pointers: draining on SIGTERM expires every idle session, so the
 // sweep cancelled freed sockets. The process must finish the requests in flight, close the idle
 // connections, and exit 0 as soon as the last request is done.
-TEST_CASE("hardening: SIGTERM with idle keep-alive clients and requests in flight: exit 0 once they are done") {
+TEST_CASE("SIGTERM with idle keep-alive clients and requests in flight: exit 0 once they are done") {
     auto up = start_upstream();
     for (int round = 0; round < 3; ++round) {
         CAPTURE(round);
@@ -135,7 +135,7 @@ TEST_CASE("hardening: SIGTERM with idle keep-alive clients and requests in fligh
 // Not in the review: a regression guard for the drain itself. With nothing in flight, SIGTERM
 // ends the process at once (seen taking server.drain_timeout, intermittently, after the pool
 // and session rework). Five fresh gateways, each after one request; stops at the first miss.
-TEST_CASE("hardening: SIGTERM with nothing in flight: exit 0 at once") {
+TEST_CASE("SIGTERM with nothing in flight: exit 0 at once") {
     auto up = start_upstream();
     for (int round = 0; round < 5; ++round) {
         CAPTURE(round);
@@ -153,10 +153,10 @@ TEST_CASE("hardening: SIGTERM with nothing in flight: exit 0 at once") {
     }
 }
 
-// Finding 3. A's session still pointed at its pooled upstream connection after A's response; B
+// A's session still pointed at its pooled upstream connection after A's response; B
 // took that connection for a slow request, and A's idle timeout cancelled B's exchange (a POST
 // failed; a GET was sent to the upstream a second time).
-TEST_CASE("hardening: one client's idle timeout does not break another client's request") {
+TEST_CASE("one client's idle timeout does not break another client's request") {
     auto up = start_upstream();
     auto gw = start_gateway(gateway_yaml(up->port, {{"server.threads", "1"}, {"server.idle_timeout", "300ms"}}));
     INFO("gateway output:\n", gw->proc->output());
@@ -181,10 +181,10 @@ TEST_CASE("hardening: one client's idle timeout does not break another client's 
     CHECK(upstream_stat(*up, "requests") == before + 1);  // B's request, exactly once
 }
 
-// Finding 8. A client sending its body slowly held an upstream connection for as long as it
+// A client sending its body slowly held an upstream connection for as long as it
 // liked: 100 such clients pinned 100 upstream connections. With proxy.request_buffering (on by
 // default) a small body is read whole before an upstream connection is taken.
-TEST_CASE("hardening: slow uploads do not pin upstream connections") {
+TEST_CASE("slow uploads do not pin upstream connections") {
     auto up = start_upstream();
     auto gw = start_gateway(gateway_yaml(up->port));
     INFO("gateway output:\n", gw->proc->output());
@@ -218,7 +218,7 @@ TEST_CASE("hardening: slow uploads do not pin upstream connections") {
 }
 
 // Finding 8, second part. server.body_timeout bounds the whole body, whatever its pace.
-TEST_CASE("hardening: server.body_timeout answers 408 to a body trickling forever") {
+TEST_CASE("server.body_timeout answers 408 to a body trickling forever") {
     auto up = start_upstream();
     auto gw = start_gateway(gateway_yaml(up->port, {{"server.body_timeout", "1s"}}));
     connection c("127.0.0.1", gw->port, 5s);
@@ -240,10 +240,10 @@ TEST_CASE("hardening: server.body_timeout answers 408 to a body trickling foreve
     CHECK(c.wait_closed(5s));
 }
 
-// Finding 10. An upstream that answers 413 or 401 at once, without reading the body, and closes:
+// An upstream that answers 413 or 401 at once, without reading the body, and closes:
 // the client sending a large body must get that answer, not 502 because the upstream stopped
 // reading (or reset the connection).
-TEST_CASE("hardening: an upstream's early answer to a large upload reaches the client") {
+TEST_CASE("an upstream's early answer to a large upload reaches the client") {
     proxy_fixture f;
     INFO("gateway output:\n", f.gw->proc->output());
     constexpr std::uint64_t upload = 5 * 1024 * 1024;
@@ -264,11 +264,11 @@ TEST_CASE("hardening: an upstream's early answer to a large upload reaches the c
     CHECK(f.get("/after").status == 200);
 }
 
-// Finding 12. slowhttptest's three attacks at once (slowloris, slow body, slow read), 200
+// slowhttptest's three attacks at once (slowloris, slow body, slow read), 200
 // connections each, while a normal client keeps asking: every normal request succeeds, each
 // within a second (two under ASan). The slow bodies (64 KiB declared, a few bytes a second) are read ahead by the
 // gateway (proxy.request_buffering), so the upstream is never left waiting on one.
-TEST_CASE("hardening: slowhttptest attacks do not starve a normal client") {
+TEST_CASE("slowhttptest attacks do not starve a normal client") {
     const std::string tool = "/usr/bin/slowhttptest";
     REQUIRE_MESSAGE(std::filesystem::exists(tool), "slowhttptest is missing: scripts/install-deps.sh installs it");
     auto up = start_upstream();

@@ -1,5 +1,5 @@
-// Hardening (issue "Hardening", review of 3a246d1): what the gateway reads and forwards.
-// Each test reproduces one finding through the real gateway binary and the test upstream.
+// What the gateway reads and forwards, through the real gateway binary and the test upstream:
+// response framing, path normalisation against limits, chunk bounds, forwarded headers.
 #include "../support/probe.hpp"
 #include "e2e.hpp"
 
@@ -34,12 +34,12 @@ std::string target_seen_by_upstream(const response& r) {
 
 }  // namespace
 
-// Finding 4. A connection went back to the pool even when the upstream sent more than its
+// A connection went back to the pool even when the upstream sent more than its
 // response (a second response, a body after HEAD / 204 / 304, a body longer than its
 // Content-Length); the next client on that connection was sent those bytes as its answer.
 // /desync sends "ok", then (delay_ms later, while the connection sits in the pool) a whole
 // response carrying SECRET-FOR-SOMEONE-ELSE!.
-TEST_CASE("hardening: bytes an upstream sends after its response never reach another client") {
+TEST_CASE("bytes an upstream sends after its response never reach another client") {
     auto up = start_upstream();
     auto gw = start_gateway(gateway_yaml(up->port, {{"server.threads", "1"}}));
     INFO("gateway output:\n", gw->proc->output());
@@ -82,9 +82,9 @@ TEST_CASE("hardening: bytes an upstream sends after its response never reach ano
     }
 }
 
-// Finding 5. Routes matched the raw path: spellings the upstream reads as /login walked around
+// Routes matched the raw path: spellings the upstream reads as /login walked around
 // its limit. The path is normalised before routing, and the normalised path is forwarded.
-TEST_CASE("hardening: a path spelled differently cannot walk around its route's limit") {
+TEST_CASE("a path spelled differently cannot walk around its route's limit") {
     auto up = start_upstream();
     const std::string policies = R"(
 policies:
@@ -204,10 +204,10 @@ routes:
     CHECK(upstream_stat(*up, "requests") == before_refused);
 }
 
-// Finding 6. A chunk-size line (with extensions) or a trailer without a line end was buffered
+// A chunk-size line (with extensions) or a trailer without a line end was buffered
 // whole: a client could grow a worker's memory without bound. Each is cut off at 64 KiB with a
 // 400; sending 64 MiB leaves the gateway's peak resident set within 16 MiB of where it was.
-TEST_CASE("hardening: a chunk line or trailer without an end does not grow the gateway's memory") {
+TEST_CASE("a chunk line or trailer without an end does not grow the gateway's memory") {
     auto up = start_upstream();
     auto gw = start_gateway(gateway_yaml(up->port, {{"server.threads", "1"}}), {}, bounded_quarantine_env());
     INFO("gateway output:\n", gw->proc->output());
@@ -256,9 +256,9 @@ TEST_CASE("hardening: a chunk line or trailer without an end does not grow the g
     CHECK(fetch(gw->port, "GET", "/after").status == 200);
 }
 
-// Finding 7. Only the first of several X-Forwarded-For fields was forwarded (the others were
+// Only the first of several X-Forwarded-For fields was forwarded (the others were
 // dropped), and X-Forwarded-Proto was always overwritten, even from a trusted proxy.
-TEST_CASE("hardening: X-Forwarded-For fields are joined, a trusted proxy's X-Forwarded-Proto is kept") {
+TEST_CASE("X-Forwarded-For fields are joined, a trusted proxy's X-Forwarded-Proto is kept") {
     auto up = start_upstream();
     const std::string raw =
         "GET /echo HTTP/1.1\r\nHost: test\r\nX-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 6.6.6.6\r\n"
@@ -297,7 +297,7 @@ TEST_CASE("hardening: X-Forwarded-For fields are joined, a trusted proxy's X-For
     }
 }
 
-TEST_CASE("hardening: the Host and method a route sees are the ones the upstream gets") {
+TEST_CASE("the Host and method a route sees are the ones the upstream gets") {
     auto up = start_upstream();
     const std::string config = R"(
 policies:
