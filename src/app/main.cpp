@@ -2,7 +2,7 @@
 //
 // Exit codes: 0 clean stop (or --check/--help/--version succeeded), 1 invalid
 // configuration or start-up failure, 2 bad command line.
-#include "app/server.hpp"
+#include "app/gateway.hpp"
 #include "config/config.hpp"
 
 #include <spdlog/sinks/stdout_color_sinks.h>

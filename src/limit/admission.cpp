@@ -1,6 +1,6 @@
 #include "limit/admission.hpp"
 
-#include "limit/headers.hpp"
+#include "limit/rate_limit_fields.hpp"
 
 #include <algorithm>
 #include <chrono>

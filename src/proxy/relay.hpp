@@ -8,7 +8,7 @@
 // Thread: the owning worker's thread only.
 #pragma once
 
-#include "http/connection_set.hpp"
+#include "http/deadline_sweep.hpp"
 #include "proxy/pool.hpp"
 
 #include <boost/asio/awaitable.hpp>

@@ -5,7 +5,7 @@
 // Thread: the owning worker's thread only.
 #pragma once
 
-#include "http/connection_set.hpp"
+#include "http/deadline_sweep.hpp"
 #include "limit/store.hpp"
 #include "metrics/metrics.hpp"
 

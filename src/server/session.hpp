@@ -11,7 +11,7 @@
 // Thread: the owning worker's thread only.
 #pragma once
 
-#include "http/connection_set.hpp"
+#include "http/deadline_sweep.hpp"
 #include "http/message.hpp"
 #include "http/response.hpp"
 #include "identity/caller.hpp"

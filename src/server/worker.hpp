@@ -6,7 +6,7 @@
 #pragma once
 
 #include "config/config.hpp"
-#include "http/connection_set.hpp"
+#include "http/deadline_sweep.hpp"
 #include "identity/hasher.hpp"
 #include "limit/offenders.hpp"
 #include "limit/store.hpp"
@@ -27,7 +27,7 @@
 namespace sluice::server {
 
 using http::clock;
-using http::connection_set;
+using http::deadline_sweep;
 
 struct worker {
     worker(std::shared_ptr<const snapshot> s, metrics::shard& m, std::vector<boost::asio::ip::tcp::endpoint> up,
@@ -49,7 +49,7 @@ struct worker {
     // Touched once per connection, never per request.
     std::atomic<std::size_t>& open_connections;
     std::size_t max_connections;
-    connection_set connections;
+    deadline_sweep connections;
     proxy::pool pool;
     boost::asio::ip::tcp::acceptor acceptor{ioc};
     bool draining = false;

@@ -3,7 +3,7 @@
 // turns the store's answer into the outcome, the rate-limit fields and metrics.
 #include "limit/admission.hpp"
 
-#include "limit/headers.hpp"
+#include "limit/rate_limit_fields.hpp"
 
 #include <doctest/doctest.h>
 

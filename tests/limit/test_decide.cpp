@@ -3,7 +3,7 @@
 // microsecond values, no sleeping.
 #include "decide_support.hpp"
 
-#include "limit/headers.hpp"
+#include "limit/rate_limit_fields.hpp"
 
 #include <doctest/doctest.h>
 

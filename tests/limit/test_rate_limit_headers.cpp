@@ -1,7 +1,7 @@
-// Rate-limit response fields (limit/headers.hpp): draft-ietf-httpapi-ratelimit-headers
+// Rate-limit response fields (limit/rate_limit_fields.hpp): draft-ietf-httpapi-ratelimit-headers
 // structured fields (RateLimit-Policy and RateLimit: every tier, RateLimit's tightest first), the legacy
 // X-RateLimit-* trio, both, or none; and Retry-After's whole seconds.
-#include "limit/headers.hpp"
+#include "limit/rate_limit_fields.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,10 +1,10 @@
-#include "http/connection_set.hpp"
+#include "http/deadline_sweep.hpp"
 
 #include <utility>
 
 namespace sluice::http {
 
-tracked_connection::tracked_connection(connection_set& set, boost::asio::ip::tcp::socket& client)
+tracked_connection::tracked_connection(deadline_sweep& set, boost::asio::ip::tcp::socket& client)
     : set_(set), client_(client) {
     set_.list_.push_back(*this);
 }
@@ -22,11 +22,11 @@ void tracked_connection::expire() {
     if (upstream_) upstream_->cancel(ignored);
 }
 
-connection_set::connection_set(boost::asio::io_context& ioc, clock::duration tick) : timer_(ioc), tick_(tick) {}
+deadline_sweep::deadline_sweep(boost::asio::io_context& ioc, clock::duration tick) : timer_(ioc), tick_(tick) {}
 
-connection_set::~connection_set() { list_.clear(); }
+deadline_sweep::~deadline_sweep() { list_.clear(); }
 
-void connection_set::start() {
+void deadline_sweep::start() {
     timer_.expires_after(tick_);
     timer_.async_wait([this](boost::system::error_code ec) {
         if (ec) return;
@@ -39,7 +39,7 @@ void connection_set::start() {
     });
 }
 
-void connection_set::sweep() {
+void deadline_sweep::sweep() {
     auto now = clock::now();
     for (auto& c : list_) {
         if (c.deadline_ <= now || (draining_ && c.idle)) c.expire();
@@ -47,7 +47,7 @@ void connection_set::sweep() {
     }
 }
 
-void connection_set::drain(std::function<void()> on_empty) {
+void deadline_sweep::drain(std::function<void()> on_empty) {
     draining_ = true;
     on_empty_ = std::move(on_empty);
     sweep();

@@ -23,13 +23,13 @@ namespace sluice::http {
 
 using clock = std::chrono::steady_clock;
 
-class connection_set;
+class deadline_sweep;
 
 class tracked_connection
     : public boost::intrusive::list_base_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>> {
 public:
     // Joins `set` for the connection's lifetime.
-    tracked_connection(connection_set& set, boost::asio::ip::tcp::socket& client);
+    tracked_connection(deadline_sweep& set, boost::asio::ip::tcp::socket& client);
     ~tracked_connection();
     tracked_connection(const tracked_connection&) = delete;
     tracked_connection& operator=(const tracked_connection&) = delete;
@@ -52,9 +52,9 @@ public:
     std::function<void()> on_sweep;
 
 private:
-    friend class connection_set;
+    friend class deadline_sweep;
     void expire();
-    connection_set& set_;
+    deadline_sweep& set_;
     clock::time_point deadline_ = clock::time_point::max();
     bool expired_ = false;
     bool sweep_asked_ = false;
@@ -62,10 +62,10 @@ private:
     boost::asio::ip::tcp::socket* upstream_ = nullptr;
 };
 
-class connection_set {
+class deadline_sweep {
 public:
-    connection_set(boost::asio::io_context& ioc, clock::duration tick);
-    ~connection_set();
+    deadline_sweep(boost::asio::io_context& ioc, clock::duration tick);
+    ~deadline_sweep();
     std::size_t size() const { return list_.size(); }
     void start();
     // Stop the sweep once the set is empty, then call on_empty; expire idle connections now.

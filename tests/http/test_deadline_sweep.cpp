@@ -1,6 +1,6 @@
-// The deadline sweep (http/connection_set.hpp) on real loopback sockets: an io_context the
+// The deadline sweep (http/deadline_sweep.hpp) on real loopback sockets: an io_context the
 // test drives itself, a 5 ms sweep tick, and bounded runs instead of sleeps.
-#include "http/connection_set.hpp"
+#include "http/deadline_sweep.hpp"
 
 #include <doctest/doctest.h>
 #include <boost/asio/buffer.hpp>
@@ -16,7 +16,7 @@ namespace {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
-using sluice::http::connection_set;
+using sluice::http::deadline_sweep;
 using sluice::http::tracked_connection;
 using namespace std::chrono_literals;
 
@@ -70,10 +70,10 @@ void run_for(asio::io_context& ioc, std::chrono::milliseconds d) {
 
 }  // namespace
 
-TEST_CASE("connection_set: a passed deadline cancels the pending read, arm() clears expired()") {
+TEST_CASE("deadline_sweep: a passed deadline cancels the pending read, arm() clears expired()") {
     asio::io_context ioc;
     socket_pair armed(ioc), unarmed(ioc);
-    connection_set set(ioc, tick);
+    deadline_sweep set(ioc, tick);
     set.start();
     tracked_connection c(set, armed.client);
     tracked_connection other(set, unarmed.client);
@@ -104,10 +104,10 @@ TEST_CASE("connection_set: a passed deadline cancels the pending read, arm() cle
     CHECK_FALSE(c.expired());
 }
 
-TEST_CASE("connection_set: an expired deadline that is not re-armed cancels an operation started after the expiry") {
+TEST_CASE("deadline_sweep: an expired deadline that is not re-armed cancels an operation started after the expiry") {
     asio::io_context ioc;
     socket_pair p(ioc);
-    connection_set set(ioc, tick);
+    deadline_sweep set(ioc, tick);
     set.start();
     tracked_connection c(set, p.client);
 
@@ -128,10 +128,10 @@ TEST_CASE("connection_set: an expired deadline that is not re-armed cancels an o
     CHECK(r.ec == asio::error::operation_aborted);
 }
 
-TEST_CASE("connection_set: watch_upstream(&s) makes expiry cancel s too, watch_upstream(nullptr) stops it") {
+TEST_CASE("deadline_sweep: watch_upstream(&s) makes expiry cancel s too, watch_upstream(nullptr) stops it") {
     asio::io_context ioc;
     socket_pair client(ioc), upstream(ioc);
-    connection_set set(ioc, tick);
+    deadline_sweep set(ioc, tick);
     set.start();
     tracked_connection c(set, client.client);
     read_op on_client, on_upstream;
@@ -159,10 +159,10 @@ TEST_CASE("connection_set: watch_upstream(&s) makes expiry cancel s too, watch_u
     CHECK(on_upstream.n == 1);
 }
 
-TEST_CASE("connection_set: drain() expires idle connections at once and calls on_empty once the set is empty") {
+TEST_CASE("deadline_sweep: drain() expires idle connections at once and calls on_empty once the set is empty") {
     asio::io_context ioc;
     socket_pair a(ioc), b(ioc);
-    connection_set set(ioc, tick);
+    deadline_sweep set(ioc, tick);
     set.start();
     std::optional<tracked_connection> idle_conn, busy_conn;
     idle_conn.emplace(set, a.client);
@@ -198,10 +198,10 @@ TEST_CASE("connection_set: drain() expires idle connections at once and calls on
     CHECK(set.size() == 0);
 }
 
-TEST_CASE("connection_set: size() follows tracked connections, one outliving its set is safe to destroy") {
+TEST_CASE("deadline_sweep: size() follows tracked connections, one outliving its set is safe to destroy") {
     asio::io_context ioc;
     socket_pair a(ioc), b(ioc);
-    std::optional<connection_set> set;
+    std::optional<deadline_sweep> set;
     set.emplace(ioc, tick);
     CHECK(set->size() == 0);
     std::optional<tracked_connection> first;

@@ -1,4 +1,4 @@
-#include "limit/headers.hpp"
+#include "limit/rate_limit_fields.hpp"
 
 #include <charconv>
 #include <numeric>

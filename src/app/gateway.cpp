@@ -1,4 +1,4 @@
-#include "app/server.hpp"
+#include "app/gateway.hpp"
 
 #include "app/admin.hpp"
 #include "app/reload.hpp"
