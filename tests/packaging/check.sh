@@ -2,7 +2,7 @@
 # Packaging checks that need no Docker engine: Dockerfile, compose.yaml (also through
 # docker-compose / docker compose config when installed), the containers' health checks,
 # drain and stop timeouts, conf/*.yaml, conf/grafana-dashboard.json, the metrics table in
-# README.md.
+# docs/operations.md.
 #   check.sh SOURCE_DIR SLUICE_BINARY
 # Prints one line per check; exits 1 after listing every failure.
 set -uo pipefail
@@ -21,7 +21,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 note() { echo "note: $*"; }
 
 # Redis store families announced before their code lands; they must be in the dashboard
-# and the README's metrics table already. Once the code defines them they are found there as well.
+# and the metrics table of docs/operations.md already. Once the code defines them they are found there as well.
 announced_redis=(sluice_redis_commands_total sluice_redis_writes_total
                  sluice_redis_deny_cache_hits_total sluice_redis_timeouts_total
                  sluice_redis_reconnects_total sluice_redis_noscript_reloads_total
@@ -521,7 +521,7 @@ else
   [ -z "$bad_hq" ] && ok "$dash: every histogram_quantile aggregates by (le)" || fail "$dash: histogram_quantile without by (le): $bad_hq"
 fi
 
-doc=README.md
+doc=docs/operations.md
 if [ ! -f "$doc" ]; then
   fail "$doc missing"
 else
