@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Packaging checks that need no Docker engine: Dockerfile, compose.yaml (also through
 # docker-compose / docker compose config when installed), the containers' health checks,
-# drain and stop timeouts, conf/*.yaml, conf/grafana-dashboard.json, the metrics table in
-# docs/operations.md.
+# drain and stop timeouts, conf/*.yaml (each passes --check; the four samples share one
+# block), conf/grafana-dashboard.json, the metrics table in docs/operations.md.
 #   check.sh SOURCE_DIR SLUICE_BINARY
 # Prints one line per check; exits 1 after listing every failure.
 set -uo pipefail
@@ -470,6 +470,26 @@ else
   for f in "${confs[@]}"; do
     if out=$("$sluice" --config "$f" --check 2>&1); then ok "$out"
     else fail "sluice --config $f --check: $out"; fi
+  done
+fi
+
+# The sample configs share their clients, response, policies and routes: the lines from
+# `clients:` to the end of the file are the same in each, conf/sluice.yaml's being the model.
+shared_from_clients() { sed -n '/^clients:/,$p' "$1"; }
+base=conf/sluice.yaml
+if [ ! -f "$base" ]; then
+  fail "$base missing"
+else
+  base_block=$(shared_from_clients "$base")
+  n=$(wc -l <<<"$base_block")
+  if [ -z "$base_block" ]; then fail "$base has no clients: section"; fi
+  for f in conf/docker.yaml conf/docker-cluster.yaml conf/container.yaml; do
+    if [ ! -f "$f" ]; then fail "$f missing"; continue; fi
+    if d=$(diff <(echo "$base_block") <(shared_from_clients "$f")); then
+      ok "$f: from clients: to the end ($n lines) as in $base"
+    else
+      fail "$f: from clients: to the end differs from $base (copy that block over): $(head -n 6 <<<"$d" | tr '\n' ' ')"
+    fi
   done
 fi
 
