@@ -407,7 +407,7 @@ need_redis() {  # need_redis NAME: starts the bench's redis-server (once) on a f
   if [ -n "$REDIS_PID" ]; then C_REDIS[$1]="$REDIS_PID:$REDIS_PORT"; return 0; fi
   read -r REDIS_PORT <<<"$(free_ports 1)"
   mkdir -p "$WORK/redis"
-  # no persistence, no eviction (README "Redis store"), loopback only, in the foreground
+  # no persistence, no eviction (docs/redis.md, "One Redis node"), loopback only, in the foreground
   start_bg redis other -- "$REDIS_SERVER" --port "$REDIS_PORT" --bind 127.0.0.1 --protected-mode yes \
     --daemonize no --dir "$WORK/redis" --save "" --appendonly no --maxmemory-policy noeviction \
     --loglevel warning

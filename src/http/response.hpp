@@ -20,7 +20,7 @@ struct failure {
     failure with(std::string_view m) const { return {status, code, m}; }
 };
 
-// The README's table of error answers lists these; keep the two in step.
+// The table of error answers in docs/operations.md lists these; keep the two in step.
 namespace fail {
 inline constexpr failure bad_request{400, "bad_request", "malformed request"};
 inline constexpr failure bad_framing{400, "bad_request",

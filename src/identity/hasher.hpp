@@ -1,4 +1,4 @@
-// Keyed hashing of rate-limit identifiers (DESIGN.md, "Limits and the data model").
+// Keyed hashing of rate-limit identifiers (docs/design.md, "Limits and the data model").
 #pragma once
 
 #include <array>

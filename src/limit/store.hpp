@@ -1,4 +1,4 @@
-// The store interface: where limit state lives (DESIGN.md, "Limits and the data model").
+// The store interface: where limit state lives (docs/design.md, "Limits and the data model").
 //
 // One call carries every key of a request, so a store can decide them atomically (the
 // MemoryStore under its stripe locks, Redis in one EVALSHA) or, later, split them by

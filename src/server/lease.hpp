@@ -1,5 +1,5 @@
 // The concurrency slots one request holds, from its admission to the end of its answer
-// (README, "Concurrency limits"). While held, the worker renews them every third of the
+// (docs/algorithms.md, "Concurrency limits"). While held, the worker renews them every third of the
 // shortest lease; release() (or the destructor: the client went away) gives them back.
 //
 // Thread: the owning worker's thread only.

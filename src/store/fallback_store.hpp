@@ -1,6 +1,6 @@
 // store.on_error local: the shared store while it answers; while it does not, this
 // gateway's memory store with every limit divided by store.fleet_size, rounded up
-// (DESIGN.md, "Limits and the data model").
+// (docs/design.md, "Limits and the data model").
 //
 // Contract:
 //  - try_check() and check() give the shared store's answer when it has one. When it

@@ -1,4 +1,4 @@
-// One worker's view of a Redis Cluster (DESIGN.md, "Limits and the data model"): the slot
+// One worker's view of a Redis Cluster (docs/design.md, "The Cluster design"): the slot
 // map, one pipelined redis_connection per node (each loads the script on connect), and
 // the routing of a command to the node that serves its slot.
 //

@@ -1,4 +1,4 @@
-// One pipelined Redis connection on one worker's io_context (DESIGN.md, "Concurrency").
+// One pipelined Redis connection on one worker's io_context (docs/design.md, "Concurrency").
 //
 // Every request of the worker shares it: call() queues a command and waits for its own
 // reply; one writer sends everything queued in one write; replies resolve the callers in
@@ -67,7 +67,7 @@ struct redis_connection_options {
     redis_clock::duration connect_timeout = std::chrono::seconds(1);  // TCP connect, then handshake
     std::size_t max_in_flight = 1024;
     redis_clock::duration backoff_first = std::chrono::milliseconds(50);
-    redis_clock::duration backoff_max = std::chrono::seconds(1);  // the README promises a second
+    redis_clock::duration backoff_max = std::chrono::seconds(1);  // docs/redis.md promises a second
     std::string script;                              // loaded on every connect and after NOSCRIPT; "" = none
     std::shared_ptr<boost::asio::ssl::context> tls;  // null = plain TCP; shared, only read
     std::string tls_server_name;                     // "" = the host connected to

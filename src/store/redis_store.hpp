@@ -1,5 +1,5 @@
 // The Redis store: limit state lives in Redis, decided by the rate-limit script over the
-// worker's pipelined connection (DESIGN.md, "Concurrency" and "Limits and the data model"):
+// worker's pipelined connection (docs/design.md, "Concurrency" and "Limits and the data model"):
 // on one node, one EVALSHA decides the checks asked during one turn of the worker's event
 // loop (up to max_batch), each in turn as its own call would. With store.type
 // redis-cluster, one EVALSHA per identifier (each is one hash slot; the checks of one turn

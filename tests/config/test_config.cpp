@@ -431,7 +431,8 @@ TEST_CASE("valid_full.yaml sets every field") {
 
 namespace {
 
-// The example of DESIGN.md's "Config" section (without log.access, which is not a key yet).
+// A config that writes out most sections with their usual values (the keys of
+// docs/configuration.md; proxy and log.access left out).
 const char* const design_example = R"(
 server:   { listen: "0.0.0.0:8080", threads: 0, max_connections: 10000,
             header_timeout: 10s, idle_timeout: 60s, max_header_bytes: 16384,

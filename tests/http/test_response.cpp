@@ -1,6 +1,6 @@
 // Sluice's own answers (http/response.hpp): every response parses as HTTP/1.1 with Beast's
-// parser, its Content-Length frames exactly its JSON body, and the README's table of error
-// answers lists exactly the failures the code has.
+// parser, its Content-Length frames exactly its JSON body, and the table of error answers in
+// docs/operations.md lists exactly the failures the code has.
 #include "http/response.hpp"
 
 #include <doctest/doctest.h>
@@ -32,7 +32,7 @@ struct named_failure {
     const failure& f;
 };
 
-// Every constant of http::fail. The README test below also checks that response.hpp
+// Every constant of http::fail. The docs test below also checks that response.hpp
 // declares no constant missing here.
 const std::vector<named_failure> all_failures{
     {"bad_request", fail::bad_request},
@@ -117,12 +117,12 @@ std::string read_file(const std::string& path) {
     return s.str();
 }
 
-// The (status, code) rows of README.md's "### Error answers" table.
-std::set<std::pair<unsigned, std::string>> readme_error_rows() {
-    const std::string readme = read_file(SLUICE_TEST_DIR "/../README.md");
-    auto at = readme.find("\n### Error answers\n");
-    REQUIRE_MESSAGE(at != std::string::npos, "README.md has no \"### Error answers\" section");
-    std::istringstream in(readme.substr(at + 1));
+// The (status, code) rows of docs/operations.md's "### Error answers" table.
+std::set<std::pair<unsigned, std::string>> documented_error_rows() {
+    const std::string doc = read_file(SLUICE_TEST_DIR "/../docs/operations.md");
+    auto at = doc.find("\n### Error answers\n");
+    REQUIRE_MESSAGE(at != std::string::npos, "docs/operations.md has no \"### Error answers\" section");
+    std::istringstream in(doc.substr(at + 1));
     std::set<std::pair<unsigned, std::string>> rows;
     const std::regex row(R"(^\|\s*(\d{3})\s*\|\s*`?([a-z_]+)`?\s*\|.*)");
     const std::regex any_row(R"(^\|.*)");
@@ -261,8 +261,8 @@ TEST_CASE("append_number writes decimal digits after what is there") {
     CHECK(out == "n=0,18446744073709551615");
 }
 
-TEST_CASE("README's table of error answers lists exactly the (status, code) pairs of http::fail") {
-    const auto rows = readme_error_rows();
+TEST_CASE("the table of error answers in docs/operations.md lists exactly the (status, code) pairs of http::fail") {
+    const auto rows = documented_error_rows();
     REQUIRE(rows.size() >= 5);  // the table was found and read
 
     std::set<std::pair<unsigned, std::string>> in_code;
@@ -270,7 +270,7 @@ TEST_CASE("README's table of error answers lists exactly the (status, code) pair
     for (const auto& pair : in_code) {
         CAPTURE(pair.first);
         CAPTURE(pair.second);
-        CHECK_MESSAGE(rows.count(pair) == 1, "README.md's error table lacks this answer");
+        CHECK_MESSAGE(rows.count(pair) == 1, "docs/operations.md's error table lacks this answer");
     }
     // 429 rate_limited is written by write_limited, not from the table of failures.
     for (const auto& pair : rows) {
@@ -278,7 +278,7 @@ TEST_CASE("README's table of error answers lists exactly the (status, code) pair
         CAPTURE(pair.second);
         const bool documented_elsewhere = pair.first == 429 && pair.second == "rate_limited";
         CHECK_MESSAGE((in_code.count(pair) == 1 || documented_elsewhere),
-                      "README.md lists an answer http::fail does not have");
+                      "docs/operations.md lists an answer http::fail does not have");
     }
 
     // The list above is complete: response.hpp declares no other failure constant.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fails when a file under src/ includes a module its own may not depend on. The table is
-# DESIGN.md's dependency order: each module lists the modules below it that it may use.
+# the dependency order of docs/design.md ("Modules and their order"): each module lists the
+# modules below it that it may use.
 # Usage: check_includes.sh SOURCE_DIR
 set -euo pipefail
 src="${1:-$(dirname "$0")/../..}/src"

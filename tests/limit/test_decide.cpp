@@ -1,5 +1,5 @@
 // Unit and property tests for limit::decide, the one function that holds the semantics of
-// every limit (DESIGN.md, "Limits and the data model"). The clock is the test's: plain
+// every limit (docs/design.md, "Limits and the data model"). The clock is the test's: plain
 // microsecond values, no sleeping.
 #include "decide_support.hpp"
 
@@ -886,7 +886,7 @@ TEST_CASE("expires: the longest horizon of the committed tiers - a denial leaves
 namespace {
 
 // One tier's definition, evaluated directly over the admitted history; written from
-// DESIGN.md, independently of decide.cpp (gcra as the equivalent leaky bucket).
+// docs/algorithms.md, independently of decide.cpp (gcra as the equivalent leaky bucket).
 struct ref_tier {
     algorithm algo;
     std::int64_t limit;
@@ -986,7 +986,7 @@ std::uint64_t seed_or_env(std::uint64_t fallback) {
     return fallback;
 }
 
-// Checks DESIGN.md's guarantee for one tier over the admitted history of its key.
+// Checks the guarantee docs/algorithms.md states for one tier over the admitted history of its key.
 void check_guarantee(const tier_spec& s, const std::vector<std::pair<usec, std::int64_t>>& h) {
     CAPTURE(sluice::config::to_string(s.algo));
     const usec per = s.per_ms * MS, mi = s.min_interval_ms * MS;

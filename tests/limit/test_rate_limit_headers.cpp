@@ -114,7 +114,7 @@ TEST_CASE("rate-limit fields, ietf: RateLimit-Policy and RateLimit list every ti
     CHECK(limit[1].name == "ip-1s");
     CHECK(limit[1].params == std::map<std::string, std::int64_t>{{"r", 3}, {"t", 1}});
 
-    // The serialisation RFC 8941 gives (", " between members), as DESIGN.md shows it.
+    // The serialisation RFC 8941 gives (", " between members), as docs/configuration.md shows it.
     CHECK(fields ==
           "RateLimit-Policy: \"ip-1s\";q=10;w=1, \"ip-1h\";q=240;w=3600\r\n"
           "RateLimit: \"ip-1h\";r=1;t=1801, \"ip-1s\";r=3;t=1\r\n");

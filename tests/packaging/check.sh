@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Packaging checks that need no Docker engine: Dockerfile, compose.yaml (also through
 # docker-compose / docker compose config when installed), the containers' health checks,
-# drain and stop timeouts, conf/*.yaml, conf/grafana-dashboard.json, the metrics table in
-# README.md.
+# drain and stop timeouts, conf/*.yaml (each passes --check; the four samples share one
+# block), conf/grafana-dashboard.json, the metrics table in docs/operations.md.
 #   check.sh SOURCE_DIR SLUICE_BINARY
 # Prints one line per check; exits 1 after listing every failure.
 set -uo pipefail
@@ -21,7 +21,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 note() { echo "note: $*"; }
 
 # Redis store families announced before their code lands; they must be in the dashboard
-# and the README's metrics table already. Once the code defines them they are found there as well.
+# and the metrics table of docs/operations.md already. Once the code defines them they are found there as well.
 announced_redis=(sluice_redis_commands_total sluice_redis_writes_total
                  sluice_redis_deny_cache_hits_total sluice_redis_timeouts_total
                  sluice_redis_reconnects_total sluice_redis_noscript_reloads_total
@@ -473,6 +473,26 @@ else
   done
 fi
 
+# The sample configs share their clients, response, policies and routes: the lines from
+# `clients:` to the end of the file are the same in each, conf/sluice.yaml's being the model.
+shared_from_clients() { sed -n '/^clients:/,$p' "$1"; }
+base=conf/sluice.yaml
+if [ ! -f "$base" ]; then
+  fail "$base missing"
+else
+  base_block=$(shared_from_clients "$base")
+  n=$(wc -l <<<"$base_block")
+  if [ -z "$base_block" ]; then fail "$base has no clients: section"; fi
+  for f in conf/docker.yaml conf/docker-cluster.yaml conf/container.yaml; do
+    if [ ! -f "$f" ]; then fail "$f missing"; continue; fi
+    if d=$(diff <(echo "$base_block") <(shared_from_clients "$f")); then
+      ok "$f: from clients: to the end ($n lines) as in $base"
+    else
+      fail "$f: from clients: to the end differs from $base (copy that block over): $(head -n 6 <<<"$d" | tr '\n' ' ')"
+    fi
+  done
+fi
+
 # --- metric families: code -> dashboard and docs ---------------------------------------
 mapfile -t families < <(grep -rhoE '"sluice_[a-z0-9_]+"' src --include='*.cpp' --include='*.hpp' | tr -d '"' | sort -u)
 if ((${#families[@]} < 10)); then
@@ -521,7 +541,7 @@ else
   [ -z "$bad_hq" ] && ok "$dash: every histogram_quantile aggregates by (le)" || fail "$dash: histogram_quantile without by (le): $bad_hq"
 fi
 
-doc=README.md
+doc=docs/operations.md
 if [ ! -f "$doc" ]; then
   fail "$doc missing"
 else
