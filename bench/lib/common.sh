@@ -1,0 +1,171 @@
+# shellcheck shell=bash
+# bench/run.sh helpers: output, cleanup of what the bench started, packages, free ports,
+# waiting for a server, HTTP checks, CPU pinning, background start, CPU ticks.
+# Sourced by bench/run.sh; uses its settings (READY_TIMEOUT, PIN, KEEP_TMP, ...).
+
+WORK=""                  # temp dir: configs, logs, wrk output (set by main)
+NOFILE=1024 MAXCONN=400  # open-files limit and per-server connection cap (set by main)
+STARTED_PIDS=()          # every process this script started (by PID)
+REPORT=""                # the report file, a copy of what say printed
+WRK_PID=""               # the running wrk, if any
+
+say() {  # print and record in the report
+  printf '%s\n' "$*"
+  [ -n "$REPORT" ] && printf '%s\n' "$*" >>"$REPORT"
+  return 0
+}
+log() { printf '[bench] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+cleanup() {
+  local rc=$? pid kids=() i
+  trap - EXIT INT TERM
+  [ -n "${WRK_PID:-}" ] && kill -TERM "$WRK_PID" 2>/dev/null
+  # children of our processes (e.g. nginx workers) so nothing survives a forced kill
+  for pid in "${STARTED_PIDS[@]}"; do
+    kill -0 "$pid" 2>/dev/null && mapfile -t -O "${#kids[@]}" kids < <(pgrep -P "$pid" 2>/dev/null)
+  done
+  for pid in "${STARTED_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for i in $(seq 1 50); do   # up to 5 s for a graceful exit
+    local alive=0
+    for pid in "${STARTED_PIDS[@]}" "${kids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
+  done
+  for pid in "${STARTED_PIDS[@]}" "${kids[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+  for pid in "${STARTED_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+  if [ -n "$WORK" ] && [ -d "$WORK" ]; then
+    if [ "$KEEP_TMP" = 1 ] || [ $rc -ne 0 ]; then log "temp dir kept: $WORK"; else rm -rf "$WORK"; fi
+  fi
+  exit $rc
+}
+
+# install nginx, haproxy, wrk (and what the chosen contenders need: redis-server and
+# redis-tools for redis/cluster, nodejs and npm for node) from Debian if missing; never
+# start services
+ensure_packages() {
+  local missing=()
+  command -v nginx   >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]   || missing+=(nginx)
+  command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
+  command -v wrk     >/dev/null 2>&1 || missing+=(wrk)
+  command -v python3 >/dev/null 2>&1 || missing+=(python3)
+  command -v pgrep   >/dev/null 2>&1 || missing+=(procps)
+  if any_needs redis || any_needs cluster; then
+    [ -x "$REDIS_SERVER" ] || missing+=(redis-server)
+    command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+  fi
+  if any_needs node; then
+    command -v node >/dev/null 2>&1 || missing+=(nodejs)
+    command -v npm  >/dev/null 2>&1 || missing+=(npm)
+  fi
+  ((${#missing[@]})) || return 0
+  log "installing: ${missing[*]}"
+  local policy=/usr/sbin/policy-rc.d made_policy=0
+  if [ ! -e "$policy" ]; then   # forbid maintainer scripts from starting the services
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && made_policy=1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2 && apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  local rc=$?
+  [ $made_policy = 1 ] && rm -f "$policy"
+  [ $rc = 0 ] || die "apt-get install failed"
+}
+
+free_ports() {  # free_ports N -> N distinct free loopback TCP ports, space separated
+  python3 - "$1" <<'EOF'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() {  # wait_port PORT PID NAME
+  local port=$1 pid=$2 name=$3 i
+  for ((i = 0; i < READY_TIMEOUT * 10; i++)); do
+    kill -0 "$pid" 2>/dev/null || { show_log "$name"; die "$name exited during startup"; }
+    port_open "$port" && return 0
+    sleep 0.1
+  done
+  show_log "$name"; die "$name did not listen on 127.0.0.1:$port within ${READY_TIMEOUT}s"
+}
+
+wait_log_line() {  # wait_log_line FILE PATTERN PID NAME
+  local file=$1 pat=$2 pid=$3 name=$4 i
+  for ((i = 0; i < READY_TIMEOUT * 10; i++)); do
+    grep -qF -- "$pat" "$file" 2>/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || { show_log "$name"; die "$name exited during startup"; }
+    sleep 0.1
+  done
+  show_log "$name"; die "$name did not log '$pat' within ${READY_TIMEOUT}s"
+}
+
+show_log() { local f; for f in "$WORK/$1".*log "$WORK/$1"/*.log; do [ -f "$f" ] && { log "--- $f"; tail -n 20 "$f" >&2; }; done; }
+
+http_get() {  # http_get URL -> prints "STATUS<TAB>BODY"
+  python3 - "$1" <<'EOF'
+import sys, urllib.request, urllib.error
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=5) as r:
+        print(f"{r.status}\t{r.read().decode(errors='replace').strip()}")
+except urllib.error.HTTPError as e:
+    print(f"{e.code}\t{e.read().decode(errors='replace').strip()}")
+except Exception as e:
+    print(f"000\t{e}")
+EOF
+}
+
+http_burst() {  # http_burst URL N -> up to N GETs on one keep-alive connection, stopping at the
+  # first 429: prints "COUNT_200 COUNT_429 COUNT_OTHER<TAB>FIRST_200_BODY<TAB>OTHER_STATUSES"
+  python3 - "$1" "$2" <<'EOF'
+import sys, http.client, urllib.parse
+u = urllib.parse.urlsplit(sys.argv[1]); n = int(sys.argv[2])
+ok = lim = other = 0; body200 = ""; others = []
+try:
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=5)
+    for _ in range(n):
+        c.request("GET", u.path or "/")
+        r = c.getresponse(); b = r.read().decode(errors="replace").strip()
+        if r.status == 200:
+            ok += 1; body200 = body200 or b
+        elif r.status == 429:
+            lim += 1; break
+        else:
+            other += 1; others.append(str(r.status))
+except Exception as e:
+    other += 1; others.append(repr(e))
+print(f"{ok} {lim} {other}\t{body200}\t{' '.join(others[:5])}")
+EOF
+}
+
+pin_prefix() {  # pin_prefix proxy|other -> sets PIN_CMD (taskset prefix, or empty unless PIN=1)
+  PIN_CMD=()
+  if [ "$PIN" = 1 ] && command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
+    if [ "$1" = proxy ]; then PIN_CMD=(taskset -c 0); else PIN_CMD=(taskset -c "1-$(($(nproc) - 1))"); fi
+  fi
+}
+
+start_bg() {  # start_bg NAME ROLE -- cmd...   (stdout/stderr -> $WORK/NAME.{out,err}.log); sets BG_PID
+  local name=$1 role=$2; shift 3
+  pin_prefix "$role"
+  # a plain command (not a function) in the background, so $! is the server's own PID
+  "${PIN_CMD[@]}" "$@" >"$WORK/$name.out.log" 2>"$WORK/$name.err.log" </dev/null &
+  BG_PID=$!
+  STARTED_PIDS+=("$BG_PID")
+}
+
+# CPU ticks (utime+stime, fields 14+15 of /proc/PID/stat) of PID and its direct children
+cpu_pids() { echo "$1" $(pgrep -P "$1" 2>/dev/null); }
+cpu_ticks() {
+  local total=0 pid rest
+  for pid in $(cpu_pids "$1"); do
+    rest=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
+    rest=${rest##*) }                      # drop "pid (comm) " (comm may contain spaces)
+    set -- $rest                           # now $1 = state (field 3): utime = $12, stime = $13
+    total=$((total + ${12} + ${13}))
+  done
+  echo $total
+}
