@@ -1,5 +1,6 @@
 // The file as a whole: one YAML document whose top-level keys are the sections, read in
-// document order, then the checks that span sections (plans, route costs).
+// document order, then the checks that span sections (plans, route costs). Also what the
+// schema declares: its keys, and which of them take effect only at a restart.
 #include <algorithm>
 #include <sstream>
 
@@ -53,6 +54,13 @@ public:
     void OnMapEnd() override {}
 };
 
+std::vector<schema::described_key> describe_schema() {
+    return schema::describe([](const node_ref& root) {
+        config unused;
+        read_config(root, unused);
+    });
+}
+
 }  // namespace
 
 YAML::Node parse_document(const std::string& text, const std::string& name) {
@@ -92,5 +100,22 @@ std::shared_ptr<const config> load_string(std::string_view yaml, const std::stri
 }
 
 std::shared_ptr<const config> load_file(const std::string& path) { return load_string(read_stable_file(path), path); }
+
+std::vector<std::string> schema_keys() {
+    std::vector<std::string> out;
+    for (auto& k : detail::describe_schema()) out.push_back(std::move(k.path));
+    return out;
+}
+
+const std::vector<restart_only_key>& restart_only_keys() {
+    static const std::vector<restart_only_key> keys = [] {
+        std::vector<restart_only_key> out;
+        for (auto& k : detail::describe_schema()) {
+            if (k.restart_only != nullptr) out.push_back({std::move(k.path), k.restart_only});
+        }
+        return out;
+    }();
+    return keys;
+}
 
 }  // namespace sluice::config

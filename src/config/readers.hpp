@@ -220,4 +220,22 @@ void check_routes(const config& c, const std::vector<route_nodes>& at);
 // The single document of `text`; an empty text is an empty (null) document.
 YAML::Node parse_document(const std::string& text, const std::string& name);
 
+// --- restart-only keys ---
+
+// Puts the running value of config.*section.*member back into `next`; true when the file
+// had changed it.
+template <auto section, auto member>
+bool keep_running(config& next, const config& running) {
+    auto& value = next.*section.*member;
+    const auto& was = running.*section.*member;
+    if (value == was) return false;
+    value = was;
+    return true;
+}
+
+// The restart_only of a field whose value is taken only at start:
+// {"listen", read, presence::optional, restart_only<&config::server, &server_config::listen>}.
+template <auto section, auto member>
+inline constexpr schema::keep_fn restart_only = keep_running<section, member>;
+
 }  // namespace sluice::config::detail

@@ -8,10 +8,13 @@ namespace sluice::config::detail {
 void read_server(const node_ref& n, server_config& out) {
     read_mapping(
         n, {
-               {"listen", [&](const node_ref& v) { out.listen = read_address(v); }},
-               {"threads", [&](const node_ref& v) { out.threads = schema::read_uint_as(v, 0u, 1024u); }},
+               {"listen", [&](const node_ref& v) { out.listen = read_address(v); }, presence::optional,
+                restart_only<&config::server, &server_config::listen>},
+               {"threads", [&](const node_ref& v) { out.threads = schema::read_uint_as(v, 0u, 1024u); },
+                presence::optional, restart_only<&config::server, &server_config::threads>},
                {"max_connections",
-                [&](const node_ref& v) { out.max_connections = schema::read_uint_as<std::size_t>(v, 1, 10'000'000); }},
+                [&](const node_ref& v) { out.max_connections = schema::read_uint_as<std::size_t>(v, 1, 10'000'000); },
+                presence::optional, restart_only<&config::server, &server_config::max_connections>},
                {"header_timeout", [&](const node_ref& v) { out.header_timeout = read_duration(v, zero::refused); }},
                {"idle_timeout", [&](const node_ref& v) { out.idle_timeout = read_duration(v, zero::refused); }},
                {"drain_timeout", [&](const node_ref& v) { out.drain_timeout = read_duration(v, zero::allowed); }},
@@ -27,18 +30,21 @@ void read_server(const node_ref& n, server_config& out) {
 
 void read_admin(const node_ref& n, admin_config& out) {
     read_mapping(n, {
-                        {"listen", [&](const node_ref& v) { out.listen = read_address(v); }},
+                        {"listen", [&](const node_ref& v) { out.listen = read_address(v); }, presence::optional,
+                         restart_only<&config::admin, &admin_config::listen>},
                     });
 }
 
 void read_upstream(const node_ref& n, upstream_config& out) {
     read_mapping(
         n, {
-               {"url", [&](const node_ref& v) { out.url = read_upstream_url(v); }, presence::required},
+               {"url", [&](const node_ref& v) { out.url = read_upstream_url(v); }, presence::required,
+                restart_only<&config::upstream, &upstream_config::url>},
                {"connect_timeout", [&](const node_ref& v) { out.connect_timeout = read_duration(v, zero::refused); }},
                {"timeout", [&](const node_ref& v) { out.timeout = read_duration(v, zero::refused); }},
                {"max_idle_per_worker",
-                [&](const node_ref& v) { out.max_idle_per_worker = schema::read_uint_as<std::size_t>(v, 0, 100'000); }},
+                [&](const node_ref& v) { out.max_idle_per_worker = schema::read_uint_as<std::size_t>(v, 0, 100'000); },
+                presence::optional, restart_only<&config::upstream, &upstream_config::max_idle_per_worker>},
            });
 }
 
@@ -58,15 +64,17 @@ void read_log(const node_ref& n, log_config& out) {
                          }},
                         {"access",
                          [&](const node_ref& a) {
-                             read_mapping(a, {
-                                                 // A file path, "-" for stdout or "off".
-                                                 {"path",
-                                                  [&](const node_ref& v) {
-                                                      out.access_path = read_string(v);
-                                                      if (out.access_path.empty())
-                                                          v.fail("must not be empty: use a file path, \"-\" or off");
-                                                  }},
-                                             });
+                             read_mapping(
+                                 a, {
+                                        // A file path, "-" for stdout or "off".
+                                        {"path",
+                                         [&](const node_ref& v) {
+                                             out.access_path = read_string(v);
+                                             if (out.access_path.empty())
+                                                 v.fail("must not be empty: use a file path, \"-\" or off");
+                                         },
+                                         presence::optional, restart_only<&config::log, &log_config::access_path>},
+                                    });
                          }},
                     });
 }

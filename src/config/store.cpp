@@ -1,5 +1,6 @@
 // store: memory, or Redis (one node, a Sentinel-managed primary, a Cluster), over TLS or not,
-// and what to do when it cannot answer.
+// and what to do when it cannot answer. The store is built once at start: most of its keys
+// are restart-only.
 #include "config/readers.hpp"
 
 namespace sluice::config::detail {
@@ -7,6 +8,19 @@ namespace sluice::config::detail {
 namespace {
 
 constexpr std::size_t max_key_prefix = 64;
+
+// store.on_error is read per request and applies at once, except to or from local, which
+// builds a different store.
+bool keep_local_fallback(config& next, const config& running) {
+    using failure_mode = store_config::failure_mode;
+    if ((next.store.on_error == failure_mode::local) == (running.store.on_error == failure_mode::local)) return false;
+    return keep_running<&config::store, &store_config::on_error>(next, running);
+}
+
+// Every key below store but on_error: the store is built once, at start.
+template <auto member>
+inline constexpr schema::keep_fn restart = restart_only<&config::store, member>;
+constexpr presence optional = presence::optional;
 
 std::string read_key_prefix(const node_ref& v) {
     std::string s = read_string(v);
@@ -48,19 +62,28 @@ void read_redis(const node_ref& n, store_config& out) {
                 [&](const node_ref& v) {
                     out.redis_nodes = read_host_ports(v);
                     nodes = v;
-                }},
-               {"tls", [&](const node_ref& v) { out.redis_tls = read_redis_tls(v); }},
+                },
+                optional, restart<&store_config::redis_nodes>},
+               {"tls", [&](const node_ref& v) { out.redis_tls = read_redis_tls(v); }, optional,
+                restart<&store_config::redis_tls>},
                {"sentinel",
                 [&](const node_ref& v) {
                     out.redis_sentinel = read_redis_sentinel(v);
                     sentinel = v;
-                }},
-               {"password_env", [&](const node_ref& v) { out.redis_password_env = read_env_name(v); }},
-               {"username", [&](const node_ref& v) { out.redis_username = read_string(v); }},
-               {"database", [&](const node_ref& v) { out.redis_database = schema::read_uint_as(v, 0u, 15u); }},
-               {"timeout", [&](const node_ref& v) { out.redis_timeout = read_duration(v, zero::refused); }},
-               {"start_timeout", [&](const node_ref& v) { out.redis_start_timeout = read_duration(v, zero::allowed); }},
-               {"key_prefix", [&](const node_ref& v) { out.redis_key_prefix = read_key_prefix(v); }},
+                },
+                optional, restart<&store_config::redis_sentinel>},
+               {"password_env", [&](const node_ref& v) { out.redis_password_env = read_env_name(v); }, optional,
+                restart<&store_config::redis_password_env>},
+               {"username", [&](const node_ref& v) { out.redis_username = read_string(v); }, optional,
+                restart<&store_config::redis_username>},
+               {"database", [&](const node_ref& v) { out.redis_database = schema::read_uint_as(v, 0u, 15u); }, optional,
+                restart<&store_config::redis_database>},
+               {"timeout", [&](const node_ref& v) { out.redis_timeout = read_duration(v, zero::refused); }, optional,
+                restart<&store_config::redis_timeout>},
+               {"start_timeout", [&](const node_ref& v) { out.redis_start_timeout = read_duration(v, zero::allowed); },
+                optional, restart<&store_config::redis_start_timeout>},
+               {"key_prefix", [&](const node_ref& v) { out.redis_key_prefix = read_key_prefix(v); }, optional,
+                restart<&store_config::redis_key_prefix>},
            });
     if (nodes && sentinel)
         sentinel->fail_at_key(
@@ -79,13 +102,16 @@ void read_store(const node_ref& n, store_config& out) {
                         {"type",
                          [&](const node_ref& v) {
                              out.type = read_enum<kind>(v, {"memory", "redis", "redis-cluster"});
-                         }},
+                         },
+                         optional, restart<&store_config::type>},
                         {"memory",
                          [&](const node_ref& m) {
-                             read_mapping(m, {{"max_keys", [&](const node_ref& v) {
+                             read_mapping(m, {{"max_keys",
+                                               [&](const node_ref& v) {
                                                    out.memory_max_keys =
                                                        schema::read_uint_as<std::size_t>(v, 1, 1'000'000'000);
-                                               }}});
+                                               },
+                                               optional, restart<&store_config::memory_max_keys>}});
                          }},
                         {"redis",
                          [&](const node_ref& v) {
@@ -96,9 +122,12 @@ void read_store(const node_ref& n, store_config& out) {
                          [&](const node_ref& v) {
                              out.on_error = read_enum<failure_mode>(v, {"allow", "deny", "local"});
                              on_error.emplace(v);
-                         }},
-                        {"fleet_size", [&](const node_ref& v) { out.fleet_size = read_fleet_size(v); }},
-                        {"hash_secret_env", [&](const node_ref& v) { out.hash_secret_env = read_env_name(v); }},
+                         },
+                         optional, keep_local_fallback},
+                        {"fleet_size", [&](const node_ref& v) { out.fleet_size = read_fleet_size(v); }, optional,
+                         restart<&store_config::fleet_size>},
+                        {"hash_secret_env", [&](const node_ref& v) { out.hash_secret_env = read_env_name(v); },
+                         optional, restart<&store_config::hash_secret_env>},
                     });
     if (on_error && out.on_error == failure_mode::local && out.type == kind::memory)
         on_error->fail(local_needs_shared_store);
