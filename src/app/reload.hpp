@@ -19,8 +19,9 @@ struct reload_result {
 };
 
 // Loads running.source again. Settings that only take effect at start (listen addresses,
-// threads, connection limits, the upstream address, the store) keep their running values
-// in the returned config and are listed in restart_required. A file being rewritten in
+// threads, connection limits, the upstream address, the store: config::restart_only_keys(),
+// as the schema declares them) keep their running values in the returned config and are
+// listed in restart_required, in schema order. A file being rewritten in
 // place is waited for (config::read_stable_file): the call may block up to a second a file.
 reload_result load_for_reload(const config::config& running);
 

@@ -296,6 +296,20 @@ public:
 std::shared_ptr<const config> load_file(const std::string& path);
 std::shared_ptr<const config> load_string(std::string_view yaml, const std::string& name);
 
+// Every key the file may hold, as dotted paths in the order the schema declares them: a
+// list's items as "routes[].match.path", names the user chooses as "policies.<name>.shadow".
+// (The key registry file is not in it.)
+std::vector<std::string> schema_keys();
+
+// A key whose value is taken only at start, as the schema declares it. keep() puts
+// running's value back into next, and says whether next had another one.
+struct restart_only_key {
+    std::string key;
+    bool (*keep)(config& next, const config& running);
+};
+// In schema order; built once, any thread.
+const std::vector<restart_only_key>& restart_only_keys();
+
 // Scalar parsers, exposed for unit tests. Each returns nullopt on any malformed input.
 std::optional<duration> parse_duration(std::string_view s);   // "250ms" "1s" "5m" "1h"
 std::optional<std::uint64_t> parse_size(std::string_view s);  // "16384" "64KiB" "10MiB" "1GiB"

@@ -19,6 +19,10 @@ constexpr std::string_view expected_uint = "expected a non-negative integer";
 constexpr std::string_view expected_list = "expected a list";
 constexpr std::string_view expected_bool = "expected true or false";
 
+// Thrown by a describing node_ref where a loading one would report an error: the reader
+// stops there, having declared what it declares before.
+struct describe_stop {};
+
 // yaml-cpp marks are 0-based; a null mark (no position known) reads as the file start.
 int one_based(int n) { return n < 0 ? 1 : n + 1; }
 
@@ -92,8 +96,22 @@ void throw_error(const std::string& source, const YAML::Mark& mark, std::string_
 node_ref::node_ref(const YAML::Node& root, const std::string& source)
     : node_ref(root, std::string(), source, YAML::Mark::null_mark()) {}
 
-node_ref::node_ref(const YAML::Node& node, std::string path, const std::string& source, YAML::Mark fallback)
-    : node_(node), path_(std::move(path)), source_(&source), fallback_(fallback) {}
+node_ref::node_ref(const YAML::Node& node, std::string path, const std::string& source, YAML::Mark fallback,
+                   std::vector<described_key>* described)
+    : node_(node), path_(std::move(path)), source_(&source), fallback_(fallback), described_(described) {}
+
+node_ref node_ref::describe_root(std::vector<described_key>& out) {
+    static const std::string source = "(schema)";
+    return node_ref(YAML::Node(YAML::NodeType::Map), std::string(), source, YAML::Mark::null_mark(), &out);
+}
+
+node_ref node_ref::described_child(std::string_view key) const {
+    return node_ref(YAML::Node(), path_of(key), *source_, YAML::Mark::null_mark(), described_);
+}
+
+node_ref node_ref::described_items() const {
+    return node_ref(YAML::Node(), path_ + "[]", *source_, YAML::Mark::null_mark(), described_);
+}
 
 YAML::Mark node_ref::mark() const {
     YAML::Mark own = node_.Mark();
@@ -124,6 +142,7 @@ std::string node_ref::where() const { return position(*source_, mark(), path_); 
 void node_ref::fail_at_key(std::string_view reason) const { fail_at(fallback_, path_, reason); }
 
 void node_ref::fail_at(const YAML::Mark& mark, std::string_view path, std::string_view reason) const {
+    if (describing()) throw describe_stop{};
     throw_error(*source_, mark, path, reason);
 }
 
@@ -132,7 +151,25 @@ const std::string& node_ref::scalar(std::string_view expected) const {
     return node_.Scalar();
 }
 
+namespace {
+
+// Lists the fields, describes each value, then stops the reader: what follows its table
+// checks values that describing has not read.
+[[noreturn]] void describe_mapping(const node_ref& map, std::initializer_list<field> fields) {
+    for (const field& f : fields) {
+        map.described().push_back({map.path_of(f.key), f.restart_only});
+        try {
+            f.read(map.described_child(f.key));
+        } catch (const describe_stop&) {
+        }
+    }
+    throw describe_stop{};
+}
+
+}  // namespace
+
 void read_mapping(const node_ref& map, std::initializer_list<field> fields) {
+    if (map.describing()) describe_mapping(map, fields);
     std::vector<bool> seen(fields.size(), false);
     for_each_entry(map,
                    [&](const YAML::Node& key, const YAML::Node& value) { read_entry(map, fields, seen, key, value); });
@@ -140,6 +177,7 @@ void read_mapping(const node_ref& map, std::initializer_list<field> fields) {
 }
 
 void read_entries(const node_ref& map, const std::function<void(const std::string&, const node_ref&)>& read) {
+    if (map.describing()) return read("name", map.described_child("<name>"));
     std::set<std::string> seen;
     for_each_entry(map, [&](const YAML::Node& key, const YAML::Node& value) {
         if (!seen.insert(key.Scalar()).second) {
@@ -150,6 +188,10 @@ void read_entries(const node_ref& map, const std::function<void(const std::strin
 }
 
 std::size_t read_sequence(const node_ref& seq, const std::function<void(const node_ref&)>& read) {
+    if (seq.describing()) {
+        read(seq.described_items());
+        return 0;
+    }
     if (!seq.is_null() && !seq.node().IsSequence()) seq.fail(expected_list);
     std::size_t n = 0;
     if (seq.node().IsSequence()) {
@@ -191,6 +233,15 @@ std::size_t read_choice_index(const node_ref& value, std::initializer_list<std::
         if (text == choices.begin()[i]) return i;
     }
     value.fail("must be one of " + list);
+}
+
+std::vector<described_key> describe(const std::function<void(const node_ref&)>& read_root) {
+    std::vector<described_key> out;
+    try {
+        read_root(node_ref::describe_root(out));
+    } catch (const describe_stop&) {
+    }
+    return out;
 }
 
 std::string read_choice(const node_ref& value, std::initializer_list<std::string_view> choices) {

@@ -8,6 +8,8 @@
 // Mappings whose keys are names chosen by the user (policies) are read by read_entries(),
 // lists by read_sequence(); a list item's path is "key[INDEX]", counted from 0.
 //
+// describe() runs a reader without a document to list the keys its tables declare.
+//
 // Not thread-safe by design: a load runs on one thread and throws on the first error.
 #pragma once
 
@@ -16,10 +18,19 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <yaml-cpp/yaml.h>
 
+namespace sluice::config {
+
+struct config;
+
+}  // namespace sluice::config
+
 namespace sluice::config::schema {
+
+struct described_key;
 
 // "SOURCE:LINE:COLUMN: PATH" (an empty path reads "(root)").
 std::string position(const std::string& source, const YAML::Mark& mark, std::string_view path);
@@ -36,6 +47,8 @@ public:
     const std::string& source() const { return *source_; }
     const std::string& path() const { return path_; }
     bool is_null() const { return node_.IsNull(); }
+    // Walked by describe(): there is no document, only the tables of keys.
+    bool describing() const { return described_ != nullptr; }
 
     // Where errors about this value point: the value itself, or its key when the value
     // is empty (yaml-cpp marks an empty value at the token that follows it).
@@ -61,22 +74,49 @@ public:
     // The scalar text; fails with `expected` when the value is not a scalar.
     const std::string& scalar(std::string_view expected) const;
 
+    // What describe() found so far; only when describing().
+    std::vector<described_key>& described() const { return *described_; }
+    // The value of `key` below this mapping, or the items of a list, while describing.
+    node_ref described_child(std::string_view key) const;
+    node_ref described_items() const;
+
+    // An empty mapping that describe() walks: what it reads is recorded into `out`.
+    static node_ref describe_root(std::vector<described_key>& out);
+
 private:
-    node_ref(const YAML::Node& node, std::string path, const std::string& source, YAML::Mark fallback);
+    node_ref(const YAML::Node& node, std::string path, const std::string& source, YAML::Mark fallback,
+             std::vector<described_key>* described = nullptr);
 
     YAML::Node node_;
     std::string path_;
     const std::string* source_;
     YAML::Mark fallback_;
+    std::vector<described_key>* described_;
 };
 
 enum class presence { optional, required };
+
+// For a key whose value is taken only at start: puts running's value back into next, and
+// says whether next had another one.
+using keep_fn = bool (*)(config& next, const config& running);
 
 struct field {
     std::string_view key;
     std::function<void(const node_ref&)> read;
     presence need = presence::optional;
+    keep_fn restart_only = nullptr;  // set: a reload keeps the running value (app/reload.cpp)
 };
+
+struct described_key {
+    std::string path;
+    keep_fn restart_only = nullptr;
+};
+
+// Every key that `read_root` may read, as dotted paths in table order: each read_mapping()
+// it reaches lists its fields and describes each value in turn; a list stands for its items
+// as "key[]", read_entries() for its entries as "key.<name>". The readers run on empty
+// values and stop at the first they refuse, so only keys declared in field tables count.
+std::vector<described_key> describe(const std::function<void(const node_ref&)>& read_root);
 
 // Reads a mapping whose keys must all be in `fields`, in document order. An empty value
 // (`server:` with nothing under it) counts as an empty mapping.
@@ -84,6 +124,7 @@ void read_mapping(const node_ref& map, std::initializer_list<field> fields);
 
 // Reads a mapping whose keys are names chosen by the user, in document order: `read` gets
 // each key and its value. Keys must be plain and unique. An empty value has no entries.
+// Described as one entry named "name" at the path "KEY.<name>".
 void read_entries(const node_ref& map, const std::function<void(const std::string&, const node_ref&)>& read);
 
 // Reads a sequence item by item, in order; an empty value counts as an empty list.

@@ -1,5 +1,5 @@
 // route::parse_target: the input is one request target. Whatever it is, a target that
-// parses must give a path in normal form (the form config.cpp demands of route paths), and
+// parses must give a path in normal form (the form the config demands of route paths), and
 // normalising that path again must change nothing: what is limited is what is forwarded.
 #include "route/target.hpp"
 

@@ -1,0 +1,279 @@
+// Limits: tiers (the algorithms and their parameters), policies and plans, and the check
+// that every plan named anywhere exists.
+#include <algorithm>
+#include <array>
+
+#include "config/readers.hpp"
+
+namespace sluice::config {
+
+namespace detail {
+
+namespace {
+
+// Bounds that keep every limiter computation (integer microseconds) far from overflow.
+constexpr duration max_per = std::chrono::hours(8784);
+constexpr duration month_per = std::chrono::hours(31 * 24);  // per: month counts as the longest month
+constexpr std::int64_t max_log_limit = 1000;
+constexpr std::int64_t max_concurrency = 1000;
+constexpr std::int64_t max_buckets = 120;
+
+// In the declaration order of `algorithm`.
+constexpr std::array<std::string_view, 5> algorithm_names{"fixed", "sliding", "gcra", "log", "concurrency"};
+
+// Where the keys of a tier were written, for the checks that need the whole tier.
+struct tier_nodes {
+    std::optional<node_ref> limit, per, precision, burst, window_offset, algo, min_interval, concurrency, lease;
+};
+
+duration read_per(const node_ref& v, bool& month) {
+    if (v.node().IsScalar() && v.node().Scalar() == "month") {
+        month = true;
+        return month_per;
+    }
+    duration d = read_duration(v, zero::refused);
+    if (d > max_per) v.fail(per_too_large);
+    return d;
+}
+
+// A duration with an optional sign: "-5h", "+90m".
+duration read_signed_duration(const node_ref& v) {
+    const std::string& text = v.scalar(bad_offset);
+    const bool signed_text = text.starts_with('-') || text.starts_with('+');
+    duration d = take(v, parse_duration_why(signed_text ? std::string_view(text).substr(1) : text));
+    return text.starts_with('-') ? -d : d;
+}
+
+void settle_sliding(tier_config& t, const tier_nodes& at) {
+    if (!at.precision) {
+        if (t.per.count() % 10 != 0) at.per->fail(no_default_precision);
+        t.precision = t.per / 10;
+        return;
+    }
+    if (t.per % t.precision != duration::zero()) {
+        at.precision->fail("must divide per (" + format_duration(t.per) + ") exactly");
+    }
+    if (t.per / t.precision > max_buckets) {
+        at.precision->fail("too many buckets: per / precision is " + std::to_string(t.per / t.precision) +
+                           ", at most " + std::to_string(max_buckets));
+    }
+}
+
+void settle_gcra(tier_config& t, const tier_nodes& at) {
+    if (!at.burst) {
+        t.burst = t.limit;
+        return;
+    }
+    double tolerance_ms =
+        static_cast<double>(t.burst) * static_cast<double>(t.per.count()) / static_cast<double>(t.limit);
+    if (tolerance_ms > static_cast<double>(max_per.count())) {
+        at.burst->fail(gcra_tolerance_too_large);
+    }
+}
+
+// Cross-key rules and defaults that depend on the algorithm.
+void settle_tier(tier_config& t, const tier_nodes& at) {
+    if (at.precision && t.algo != algorithm::sliding) at.precision->fail(precision_sliding_only);
+    if (at.burst && t.algo != algorithm::gcra) at.burst->fail(burst_gcra_only);
+    if (t.month && t.algo != algorithm::fixed) at.per->fail(month_fixed_only);
+    if (at.window_offset) {
+        if (t.algo != algorithm::fixed) at.window_offset->fail(offset_fixed_only);
+        const auto bound = std::min(t.per, duration(std::chrono::hours(24)));
+        if (t.window_offset >= bound || -t.window_offset >= bound) {
+            at.window_offset->fail("must be between -" + format_duration(bound) + " and " + format_duration(bound) +
+                                   ", exclusive");
+        }
+    }
+    switch (t.algo) {
+        case algorithm::sliding: settle_sliding(t, at); break;
+        case algorithm::fixed: t.precision = t.per; break;
+        case algorithm::gcra: settle_gcra(t, at); break;
+        case algorithm::log:
+            if (t.limit > max_log_limit) at.limit->fail(log_limit_too_large);
+            break;
+        case algorithm::concurrency: break;  // settle_concurrency
+    }
+}
+
+// `{concurrency: N, lease: 30s}`: at most N requests in flight, each slot leased for `lease`.
+void settle_concurrency(tier_config& t, const tier_nodes& at) {
+    for (const auto* other :
+         {&at.limit, &at.per, &at.algo, &at.precision, &at.burst, &at.min_interval, &at.window_offset}) {
+        if (*other) (*other)->fail_at_key(concurrency_takes_lease_only);
+    }
+    t.algo = algorithm::concurrency;
+    if (t.limit > max_concurrency) at.concurrency->fail(concurrency_too_large);
+    if (!at.lease) {
+        t.per = std::chrono::seconds(30);
+    } else if (t.per < std::chrono::seconds(3) || t.per > std::chrono::hours(1)) {
+        at.lease->fail(bad_lease);
+    }
+}
+
+tier_config read_tier(const node_ref& n, const std::string& kind) {
+    tier_config t;
+    t.kind = kind;
+    tier_nodes at;
+    read_mapping(n,
+                 {
+                     {"concurrency",
+                      [&](const node_ref& v) {
+                          t.limit = read_count(v);
+                          at.concurrency = v;
+                      }},
+                     {"lease",
+                      [&](const node_ref& v) {
+                          t.per = read_duration(v, zero::refused);
+                          at.lease = v;
+                      }},
+                     {"limit",
+                      [&](const node_ref& v) {
+                          t.limit = read_count(v);
+                          at.limit = v;
+                      }},
+                     {"per",
+                      [&](const node_ref& v) {
+                          t.per = read_per(v, t.month);
+                          at.per = v;
+                      }},
+                     {"window_offset",
+                      [&](const node_ref& v) {
+                          t.window_offset = read_signed_duration(v);
+                          at.window_offset = v;
+                      }},
+                     {"algorithm",
+                      [&](const node_ref& v) {
+                          t.algo = read_enum<algorithm>(v, {"fixed", "sliding", "gcra", "log"});  // as algorithm_names
+                          at.algo = v;
+                      }},
+                     {"precision",
+                      [&](const node_ref& v) {
+                          t.precision = read_duration(v, zero::refused);
+                          at.precision = v;
+                      }},
+                     {"burst",
+                      [&](const node_ref& v) {
+                          t.burst = read_count(v);
+                          at.burst = v;
+                      }},
+                     {"min_interval",
+                      [&](const node_ref& v) {
+                          t.min_interval = read_duration(v, zero::allowed);
+                          at.min_interval = v;
+                      }},
+                 });
+    if (at.concurrency) {
+        settle_concurrency(t, at);
+        return t;
+    }
+    if (at.lease) at.lease->fail_at_key(lease_needs_concurrency);
+    if (!at.limit)
+        n.fail_at(n.mark(), n.path_of("limit"), "required key is missing (a tier has limit and per, or concurrency)");
+    if (!at.per) n.fail_at(n.mark(), n.path_of("per"), "required key is missing");
+    settle_tier(t, at);
+    return t;
+}
+
+std::vector<tier_config> read_tiers(const node_ref& v, const std::string& kind) {
+    std::vector<tier_config> out;
+    schema::read_sequence(v, [&](const node_ref& item) {
+        tier_config t = read_tier(item, kind);
+        for (std::size_t i = 0; i < out.size(); ++i) {
+            if (shares_counter(out[i], t)) {
+                item.fail(t.algo == algorithm::concurrency
+                              ? "duplicate tier (tier " + std::to_string(i) + " is a concurrency tier too)"
+                              : "duplicate tier (tier " + std::to_string(i) +
+                                    " has the same algorithm, per and precision or burst: both would count in one "
+                                    "place)");
+            }
+        }
+        out.push_back(std::move(t));
+    });
+    return out;
+}
+
+bool has_log_tier(const std::vector<tier_config>& tiers) {
+    return std::any_of(tiers.begin(), tiers.end(), [](const tier_config& t) { return t.algo == algorithm::log; });
+}
+
+policy_config read_policy(const node_ref& n, const std::string& name) {
+    policy_config p;
+    std::optional<node_ref> count_rejected_at;
+    p.name = name;
+    read_mapping(n, {
+                        {"shadow", [&](const node_ref& v) { p.shadow = schema::read_bool(v); }},
+                        {"count_rejected",
+                         [&](const node_ref& v) {
+                             p.count_rejected = schema::read_bool(v);
+                             count_rejected_at = v;
+                         }},
+                        {"ip", [&](const node_ref& v) { p.ip = read_tiers(v, "ip"); }},
+                        {"user",
+                         [&](const node_ref& v) {
+                             if (v.node().IsScalar() && v.node().Scalar() == "plan") {
+                                 p.user_by_plan = true;
+                                 p.user_at = v.where();
+                             } else {
+                                 p.user = read_tiers(v, "user");
+                             }
+                         }},
+                    });
+    if (p.ip.empty() && p.user.empty() && !p.user_by_plan) n.fail(policy_without_tiers);
+    if (p.count_rejected && (has_log_tier(p.ip) || has_log_tier(p.user))) {
+        count_rejected_at->fail(count_rejected_with_log);
+    }
+    return p;
+}
+
+}  // namespace
+
+void read_policies(const node_ref& n, std::vector<policy_config>& out) {
+    schema::read_entries(n, [&](const std::string& name, const node_ref& v) {
+        if (name == "none") v.fail_at_key(reserved_policy_name);
+        if (!is_policy_name(name)) v.fail_at_key(bad_policy_name);
+        out.push_back(read_policy(v, name));
+    });
+}
+
+void read_plans(const node_ref& n, std::vector<plan_config>& out) {
+    schema::read_entries(n, [&](const std::string& name, const node_ref& v) {
+        if (!is_policy_name(name)) v.fail_at_key(bad_plan_name);
+        plan_config plan{name, {}};
+        read_mapping(v, {{"user", [&](const node_ref& u) { plan.user = read_tiers(u, "user"); }, presence::required}});
+        if (plan.user.empty()) v.fail(plan_without_tiers);
+        out.push_back(std::move(plan));
+    });
+}
+
+void check_plans(const config& c) {
+    const auto known = [&](const std::string& name, const std::string& at) {
+        if (!name.empty() && c.find_plan(name) == nullptr) throw config_error(at + ": no plan named \"" + name + "\"");
+    };
+    known(c.clients.default_plan, c.clients.default_plan_at);
+    const bool has_user_source = !c.clients.api_key_header.empty() || c.clients.jwt.has_value();
+    if (!c.clients.default_plan.empty() && !has_user_source)
+        throw config_error(c.clients.default_plan_at + ": " + std::string(plan_needs_user_source));
+    if (c.clients.api_keys) {
+        for (const auto& e : c.clients.api_keys->keys) known(e.plan, e.plan_at);
+    }
+    for (const auto& p : c.policies) {
+        if (p.user_by_plan && c.plans.empty())
+            throw config_error(p.user_at + ": " + std::string(plan_policy_needs_plans));
+        if (p.user_by_plan && !has_user_source)
+            throw config_error(p.user_at + ": " + std::string(plan_needs_user_source));
+        if (!p.user_by_plan || !p.count_rejected) continue;
+        for (const auto& plan : c.plans) {
+            if (has_log_tier(plan.user)) {
+                std::string why(count_rejected_with_log);
+                why.append(", and plans.").append(plan.name).append(" has one");
+                throw config_error(p.user_at + ": " + why);
+            }
+        }
+    }
+}
+
+}  // namespace detail
+
+std::string_view to_string(algorithm a) { return detail::algorithm_names[static_cast<std::size_t>(a)]; }
+
+}  // namespace sluice::config

@@ -1,0 +1,92 @@
+// The small sections: server, admin, upstream, proxy, log, response.
+#include <limits>
+
+#include "config/readers.hpp"
+
+namespace sluice::config::detail {
+
+void read_server(const node_ref& n, server_config& out) {
+    read_mapping(
+        n, {
+               {"listen", [&](const node_ref& v) { out.listen = read_address(v); }, presence::optional,
+                restart_only<&config::server, &server_config::listen>},
+               {"threads", [&](const node_ref& v) { out.threads = schema::read_uint_as(v, 0u, 1024u); },
+                presence::optional, restart_only<&config::server, &server_config::threads>},
+               {"max_connections",
+                [&](const node_ref& v) { out.max_connections = schema::read_uint_as<std::size_t>(v, 1, 10'000'000); },
+                presence::optional, restart_only<&config::server, &server_config::max_connections>},
+               {"header_timeout", [&](const node_ref& v) { out.header_timeout = read_duration(v, zero::refused); }},
+               {"idle_timeout", [&](const node_ref& v) { out.idle_timeout = read_duration(v, zero::refused); }},
+               {"drain_timeout", [&](const node_ref& v) { out.drain_timeout = read_duration(v, zero::allowed); }},
+               {"body_timeout", [&](const node_ref& v) { out.body_timeout = read_duration(v, zero::refused); }},
+               {"body_min_rate", [&](const node_ref& v) { out.body_min_rate = read_size(v, 0, 1ull << 40); }},
+               {"max_header_bytes", [&](const node_ref& v) { out.max_header_bytes = read_size(v, 1024, 1 << 20); }},
+               {"max_body_bytes",
+                [&](const node_ref& v) {
+                    out.max_body_bytes = read_size(v, 0, std::numeric_limits<std::uint64_t>::max());
+                }},
+           });
+}
+
+void read_admin(const node_ref& n, admin_config& out) {
+    read_mapping(n, {
+                        {"listen", [&](const node_ref& v) { out.listen = read_address(v); }, presence::optional,
+                         restart_only<&config::admin, &admin_config::listen>},
+                    });
+}
+
+void read_upstream(const node_ref& n, upstream_config& out) {
+    read_mapping(
+        n, {
+               {"url", [&](const node_ref& v) { out.url = read_upstream_url(v); }, presence::required,
+                restart_only<&config::upstream, &upstream_config::url>},
+               {"connect_timeout", [&](const node_ref& v) { out.connect_timeout = read_duration(v, zero::refused); }},
+               {"timeout", [&](const node_ref& v) { out.timeout = read_duration(v, zero::refused); }},
+               {"max_idle_per_worker",
+                [&](const node_ref& v) { out.max_idle_per_worker = schema::read_uint_as<std::size_t>(v, 0, 100'000); },
+                presence::optional, restart_only<&config::upstream, &upstream_config::max_idle_per_worker>},
+           });
+}
+
+void read_proxy(const node_ref& n, proxy_config& out) {
+    read_mapping(n, {
+                        {"request_buffering", [&](const node_ref& v) { out.request_buffering = schema::read_bool(v); }},
+                        {"request_buffer_bytes",
+                         [&](const node_ref& v) { out.request_buffer_bytes = read_size(v, 0, 64 << 20); }},
+                    });
+}
+
+void read_log(const node_ref& n, log_config& out) {
+    read_mapping(n, {
+                        {"level",
+                         [&](const node_ref& v) {
+                             out.level = schema::read_choice(v, {"trace", "debug", "info", "warn", "error", "off"});
+                         }},
+                        {"access",
+                         [&](const node_ref& a) {
+                             read_mapping(
+                                 a, {
+                                        // A file path, "-" for stdout or "off".
+                                        {"path",
+                                         [&](const node_ref& v) {
+                                             out.access_path = read_string(v);
+                                             if (out.access_path.empty())
+                                                 v.fail("must not be empty: use a file path, \"-\" or off");
+                                         },
+                                         presence::optional, restart_only<&config::log, &log_config::access_path>},
+                                    });
+                         }},
+                    });
+}
+
+void read_response(const node_ref& n, response_config& out) {
+    using header_style = response_config::header_style;
+    read_mapping(n, {
+                        {"headers",
+                         [&](const node_ref& v) {
+                             out.headers = read_enum<header_style>(v, {"ietf", "legacy", "both", "none"});
+                         }},
+                    });
+}
+
+}  // namespace sluice::config::detail
