@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -113,4 +115,44 @@ store: { type: redis, on_error: deny, redis: { timeout: 30ms } }
     CHECK(keep_all(next, *running) == std::vector<std::string>{"store.on_error"});
     CHECK(next.store.on_error == cfg::store_config::failure_mode::allow);
     CHECK(keep_all(next, *running).empty());
+}
+
+// docs/configuration.md is the reference: its key tables ("| `dotted.key` | default | meaning |")
+// name every key the loader reads (a mapping may be documented through its keys alone), and
+// no key the loader would refuse. Tier keys are documented once, under policies.<name>.ip[]:
+// user tiers and a plan's tiers take the same keys.
+TEST_CASE("docs/configuration.md documents every key of the schema, and no other") {
+    std::ifstream in(SLUICE_TEST_DIR "/../docs/configuration.md");
+    REQUIRE(in);
+    std::set<std::string> documented;
+    const std::regex row(R"(^\| `([^`]+)` \|)");
+    std::string line;
+    while (std::getline(in, line)) {
+        std::smatch m;
+        if (std::regex_search(line, m, row)) documented.insert(m[1]);
+    }
+    REQUIRE(documented.size() > 50);
+
+    const auto schema = cfg::schema_keys();
+    const auto as_documented = [](std::string key) {
+        for (const std::string tiers : {"policies.<name>.user[]", "plans.<name>.user[]"}) {
+            if (key.rfind(tiers, 0) == 0) key = "policies.<name>.ip[]" + key.substr(tiers.size());
+        }
+        return key;
+    };
+    std::set<std::string> known;
+    for (const auto& key : schema) known.insert(as_documented(key));
+    const auto is_parent = [&](const std::string& key) {
+        return std::any_of(known.begin(), known.end(), [&](const std::string& k) {
+            return k.size() > key.size() && k.rfind(key, 0) == 0 && (k[key.size()] == '.' || k[key.size()] == '[');
+        });
+    };
+    for (const auto& key : known) {
+        CAPTURE(key);
+        CHECK_MESSAGE((documented.count(key) == 1 || is_parent(key)), "a key docs/configuration.md does not document");
+    }
+    for (const auto& key : documented) {
+        CAPTURE(key);
+        CHECK_MESSAGE(known.count(key) == 1, "docs/configuration.md documents a key the loader does not read");
+    }
 }
