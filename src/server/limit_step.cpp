@@ -1,5 +1,8 @@
 #include "server/limit_step.hpp"
 
+#include <chrono>
+#include <utility>
+
 namespace sluice::server {
 
 using boost::asio::awaitable;
@@ -27,10 +30,9 @@ awaitable<void> limit_step::decide(std::shared_ptr<const snapshot> snap, const r
     }
 }
 
-awaitable<void> limit_step::charge(std::int64_t extra, const limit::outcome& decided) {
+awaitable<void> limit_step::charge(std::int64_t extra, limit::decision_kind decided) {
     using limit::decision_kind;
-    if (extra <= 0 || (decided.decision != decision_kind::allowed && decided.decision != decision_kind::shadow_limited))
-        co_return;
+    if (extra <= 0 || (decided != decision_kind::allowed && decided != decision_kind::shadow_limited)) co_return;
     limit::check_request r = admission_.request();
     r.cost = extra;
     r.count_rejected = true;

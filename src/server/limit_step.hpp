@@ -30,9 +30,11 @@ public:
     boost::asio::awaitable<void> decide(std::shared_ptr<const snapshot> snap, const route::route* r,
                                         const identity::caller& who, limit::outcome& out);
     // The upstream reported `extra` cost beyond the route's (cost_header): charged to the
-    // identifiers of the last decide(), counted even past their limits, when it admitted
-    // the request (or a shadow policy would have refused it). Takes no slot.
-    boost::asio::awaitable<void> charge(std::int64_t extra, const limit::outcome& decided);
+    // identifiers of the last decide() as the response head arrives, counted even past
+    // their limits (the response is relayed whatever the charge leaves), so that the next
+    // requests see it. Only after an admission: `decided` is the request's decision,
+    // allowed or shadow_limited, else nothing is charged. Takes no slot.
+    boost::asio::awaitable<void> charge(std::int64_t extra, limit::decision_kind decided);
     // The answer is complete (or failed): its slots are free.
     void release() { lease_.release(); }
 
