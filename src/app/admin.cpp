@@ -82,7 +82,7 @@ std::string top_body(std::size_t n, const admin_hooks& hooks) {
     for (const auto& e : limit::offenders::top(std::move(all), n)) {
         boost::json::object item;
         item["identity"] = e.label;
-        item["kind"] = e.kind == 'u' ? "user" : "ip";
+        item["kind"] = identity::to_string(e.kind);
         item["id"] = identity::hasher::to_hex(e.id);
         item["policy"] = e.policy;
         item["refusals"] = e.refusals;

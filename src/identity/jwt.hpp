@@ -52,8 +52,6 @@ public:
 
     result verify(std::string_view header_value, std::int64_t now_unix_seconds) const;
 
-    const std::string& claim() const { return claim_; }
-
 private:
     std::vector<int> algorithms_;  // jwt_alg_t values, in configured order
     std::string secret_;           // for HS*

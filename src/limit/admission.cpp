@@ -7,10 +7,31 @@
 
 namespace sluice::limit {
 
+namespace {
+
+// The identifier's kind as the stores tag it in their keys (store_key::kind).
+char store_tag(identity::kind k) { return k == identity::kind::user ? 'u' : 'i'; }
+
+}  // namespace
+
+const char* to_string(decision_kind d) {
+    switch (d) {
+        case decision_kind::none: return "none";
+        case decision_kind::bypass: return "bypass";
+        case decision_kind::allowed: return "allowed";
+        case decision_kind::limited: return "limited";
+        case decision_kind::shadow_limited: return "shadow_limited";
+        case decision_kind::unauthorized: return "unauthorized";
+        case decision_kind::forbidden: return "forbidden";
+        case decision_kind::store_error: return "store_error";
+    }
+    return "";
+}
+
 bool admission::prepare(const admission_context& ctx, const policy& p, std::int64_t cost, const identity::caller& who,
-                        const http::message_head& req, outcome& out) {
+                        outcome& out) {
     if (who.allow_listed) {
-        out.decision = "bypass";
+        out.decision = decision_kind::bypass;
         return false;
     }
     // A connection's client and user rarely change: hash them once, not per request (and
@@ -24,43 +45,37 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
         if (!ip_cached_ || who.client != cached_client_) {
             ip_cached_ = true;
             cached_client_ = who.client;
-            cached_ip_ = ctx.hasher.hash("ip", identity::ip_identifier(who.client, ctx.clients.cfg.ipv6_prefix));
+            cached_ip_ =
+                ctx.hasher.hash(to_string(identity::kind::ip), identity::ip_identifier(who.client, ctx.ipv6_prefix));
         }
-        keys_[n++] = {'i', cached_ip_, p.ip};
+        kinds_[n] = identity::kind::ip;
+        keys_[n++] = {store_tag(identity::kind::ip), cached_ip_, p.ip};
     }
-    if (ctx.clients.users) {
-        auto now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-                       .count();
-        auto user = identity::identify_user(*ctx.clients.users, req, now);
-        if (user.status == identity::user_result::status::invalid) {
-            out.what = outcome::kind::unauthorized;
-            out.decision = "unauthorized";
-            out.reason = std::move(user.reason);
-            return false;
-        }
+    if (!who.user.empty()) {
         std::span<const tier> tiers = p.user;
-        if (user.status == identity::user_result::status::ok && p.user_by_plan) {
-            const std::string& plan = user.plan.empty() ? ctx.clients.cfg.default_plan : user.plan;
-            const auto* plan_tiers = p.plan_user(plan);
+        if (p.user_by_plan) {
+            const auto* plan_tiers = p.plan_user(who.plan);
             if (plan_tiers != nullptr) {
                 tiers = *plan_tiers;
             } else if (p.shadow) {
                 tiers = {};  // a shadow policy refuses no one: the address tiers alone are evaluated
             } else {
                 out.what = outcome::kind::forbidden;
-                out.decision = "forbidden";
-                out.reason = plan.empty() ? "no plan: the caller names none and clients.user.default_plan is not set"
-                                          : "unknown plan";
+                out.decision = decision_kind::forbidden;
+                out.reason = who.plan.empty()
+                                 ? "no plan: the caller names none and clients.user.default_plan is not set"
+                                 : "unknown plan";
                 return false;
             }
         }
-        if (user.status == identity::user_result::status::ok && !tiers.empty()) {
-            if (!user_cached_ || user.id != cached_user_) {
+        if (!tiers.empty()) {
+            if (!user_cached_ || who.user != cached_user_) {
                 user_cached_ = true;
-                cached_user_ = user.id;
-                cached_user_hash_ = ctx.hasher.hash("user", user.id);
+                cached_user_ = who.user;
+                cached_user_hash_ = ctx.hasher.hash(to_string(identity::kind::user), who.user);
             }
-            keys_[n++] = {'u', cached_user_hash_, tiers};
+            kinds_[n] = identity::kind::user;
+            keys_[n++] = {store_tag(identity::kind::user), cached_user_hash_, tiers};
         }
     }
     request_ = {std::span(keys_.data(), n), cost, p.count_rejected, 0};
@@ -72,7 +87,7 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
             if (std::any_of(keys_[i].tiers.begin(), keys_[i].tiers.end(), slot)) request_.lease = ctx.leases->next();
     }
     if (n > 0) {
-        out.id_kind = keys_[n - 1].kind;  // the user when there is one
+        out.id_kind = kinds_[n - 1];  // the user when there is one
         out.id = keys_[n - 1].id;
     }
     return n > 0;
@@ -82,7 +97,7 @@ void admission::conclude(const admission_context& ctx, const policy& p, const ch
                          outcome& out) {
     if (result.state == check_result::status::error) {
         m.store_failed();
-        out.decision = "store_error";
+        out.decision = decision_kind::store_error;
         // local: the fallback store decides instead of failing; an error still here fails open.
         if (ctx.on_error == config::store_config::failure_mode::deny) out.what = outcome::kind::store_down;
         return;
@@ -90,13 +105,13 @@ void admission::conclude(const admission_context& ctx, const policy& p, const ch
     const auto& d = result.verdict;
     if (d.allowed) {
         m.decided(p.metric_slot, metrics::decision_result::allowed);
-        out.decision = "allowed";
+        out.decision = decision_kind::allowed;
     } else if (p.shadow) {
         m.decided(p.metric_slot, metrics::decision_result::shadow_limited);
-        out.decision = "shadow_limited";
+        out.decision = decision_kind::shadow_limited;
     } else {
         m.decided(p.metric_slot, metrics::decision_result::limited);
-        out.decision = "limited";
+        out.decision = decision_kind::limited;
         out.what = outcome::kind::limited;
         out.retry_after_s = retry_after_seconds(d);
         if (ctx.refusals) record_refusal(ctx, p, d);
@@ -116,8 +131,8 @@ void admission::record_refusal(const admission_context& ctx, const policy& p, co
     if (refusing >= request_.keys.size()) return;
     const store_key& k = request_.keys[refusing];
     std::string label;
-    if (k.kind == 'i') {
-        label = identity::ip_identifier(cached_client_, ctx.clients.cfg.ipv6_prefix);
+    if (kinds_[refusing] == identity::kind::ip) {
+        label = identity::ip_identifier(cached_client_, ctx.ipv6_prefix);
     } else if (std::string_view user = cached_user_; user.starts_with("key:")) {
         label = user.size() >= 4 + 16 ? "key:…" + std::string(user.substr(user.size() - 4)) : "key:…";
     } else {
@@ -125,7 +140,7 @@ void admission::record_refusal(const admission_context& ctx, const policy& p, co
     }
     const auto now =
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
-    ctx.refusals->refused(now.count(), p.metric_slot, p.name, k.kind, k.id, label);
+    ctx.refusals->refused(now.count(), p.metric_slot, p.name, kinds_[refusing], k.id, label);
 }
 
 }  // namespace sluice::limit

@@ -13,7 +13,7 @@ std::size_t offenders::key_hash::operator()(const offender& o) const {
 
 namespace {
 
-offender key_of(std::size_t policy_slot, char kind, const digest& id) {
+offender key_of(std::size_t policy_slot, identity::kind kind, const digest& id) {
     offender k;
     k.policy_slot = policy_slot;
     k.kind = kind;
@@ -23,7 +23,7 @@ offender key_of(std::size_t policy_slot, char kind, const digest& id) {
 
 }  // namespace
 
-void offenders::refused(std::int64_t now_s, std::size_t policy_slot, std::string_view policy, char kind,
+void offenders::refused(std::int64_t now_s, std::size_t policy_slot, std::string_view policy, identity::kind kind,
                         const digest& id, std::string_view label) {
     const std::int64_t number = now_s / period_s;
     std::lock_guard lock(mu_);

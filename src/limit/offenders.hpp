@@ -12,6 +12,7 @@
 // per worker, taken once per refusal and once per read).
 #pragma once
 
+#include "identity/kind.hpp"
 #include "limit/store.hpp"
 
 #include <array>
@@ -26,7 +27,7 @@ namespace sluice::limit {
 
 struct offender {
     std::size_t policy_slot = 0;  // which policy refused (its metrics slot)
-    char kind = 0;                // 'i' or 'u'
+    identity::kind kind = identity::kind::ip;
     digest id{};
     std::string label;   // as the operator knows it: the address, or the user
     std::string policy;  // the policy's name
@@ -44,8 +45,8 @@ public:
     static constexpr std::int64_t window_s = period_s * periods;
 
     // One refusal at `now_s` (Unix seconds) of `kind`/`id` by `policy`.
-    void refused(std::int64_t now_s, std::size_t policy_slot, std::string_view policy, char kind, const digest& id,
-                 std::string_view label);
+    void refused(std::int64_t now_s, std::size_t policy_slot, std::string_view policy, identity::kind kind,
+                 const digest& id, std::string_view label);
     // Appends this worker's entries of the periods within `window_s` of `now_s` to `into`
     // (an identity once per period).
     void collect(std::int64_t now_s, std::vector<offender>& into) const;

@@ -277,7 +277,7 @@ awaitable<after> session::relay_response() {
     if (!cost_header().empty()) {
         // Charged now, before the body: a long response is not served on credit.
         req_.charge = reported_charge(resp_, *req_.route);
-        co_await charge_reported_cost();
+        co_await limits_.charge(req_.charge, req_.outcome.decision);
     }
     out_.clear();
     proxy::write_response_head(out_, resp_,

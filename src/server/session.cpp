@@ -1,6 +1,7 @@
 #include "server/session.hpp"
 
 #include "http/async.hpp"
+#include "identity/identify.hpp"
 
 #include <boost/beast/http/error.hpp>
 
@@ -63,6 +64,7 @@ void request_state::reset(std::size_t unmatched_slot) {
     route = nullptr;
     route_slot = unmatched_slot;
     who = {};
+    refusal.clear();
     outcome.reset();
     started = clock::now();
     upstream_us = -1;
@@ -109,7 +111,7 @@ awaitable<void> session::run() {
 
 awaitable<bool> session::serve_one() {
     const after next = co_await phases();
-    lease_.release();  // the answer is complete (or failed): its slots are free
+    limits_.release();  // the answer is complete (or failed): its slots are free
     end_request();
     if (next == after::linger) co_await linger();
     if (out_.capacity() > kept_bytes) std::string().swap(out_);
@@ -128,14 +130,14 @@ awaitable<after> session::phases() {
     if (auto f = check_head()) co_return co_await respond(*f);
     req_.route = snap_->router.match(head_.method_text(), head_.find(bhttp::field::host), req_.target);
     if (req_.route) req_.route_slot = req_.route->metric_slot;
-    req_.who = identity::identify_client(snap_->clients, head_, peer_);
-    co_await check_limits();
+    if (!identify()) {
+        w_.metrics.unauthorized();
+        co_return co_await respond(fail::unauthorized.with(req_.refusal));
+    }
+    co_await limits_.decide(snap_, req_.route, req_.who, req_.outcome);
     switch (req_.outcome.what) {
         case limit::outcome::kind::pass: break;
         case limit::outcome::kind::limited: co_return co_await respond_limited();
-        case limit::outcome::kind::unauthorized:
-            w_.metrics.unauthorized();
-            co_return co_await respond(fail::unauthorized.with(req_.outcome.reason));
         case limit::outcome::kind::forbidden:
             w_.metrics.forbidden();
             co_return co_await respond(fail::forbidden.with(req_.outcome.reason));
@@ -194,6 +196,22 @@ awaitable<session::head_status> session::read_head() {
     }
 }
 
+// The identify phase: who is calling. Credentials are read only when the route is limited
+// (and never an allow-listed client's); false when they were refused (the answer is 401).
+bool session::identify() {
+    const bool limited = req_.route && req_.route->limits;
+    const auto now =
+        limited ? std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                      .count()
+                : 0;
+    auto r = identity::identify(snap_->clients, head_, peer_, limited, now);
+    req_.who = std::move(r.who);
+    if (!r.refused) return true;
+    req_.refusal = std::move(r.reason);
+    req_.outcome.decision = limit::decision_kind::unauthorized;
+    return false;
+}
+
 std::optional<http::failure> session::check_head() {
     auto& p = *parser_;
     if (const char* why = route::parse_target(head_.method_text(), head_.target(), req_.target))
@@ -207,43 +225,6 @@ std::optional<http::failure> session::check_head() {
     if (p.has_expect() && !p.expect_continue()) return fail::bad_expect;
     if (auto length = p.content_length(); length && *length > cfg_->server.max_body_bytes) return fail::too_large;
     return std::nullopt;
-}
-
-awaitable<void> session::check_limits() {
-    const auto* r = req_.route;
-    if (!r || !r->limits) co_return;
-    const limit::admission_context ctx{snap_->clients,         w_.hasher,    snap_->generation, cfg_->store.on_error,
-                                       cfg_->response.headers, &w_.refusals, &w_.lease_ids};
-    if (!admission_.prepare(ctx, *r->limits, r->cost, req_.who, head_, req_.outcome)) co_return;
-    const auto asked = clock::now();
-    auto result = w_.store.try_check(admission_.request());
-    if (!result) result = co_await w_.store.check(admission_.request());
-    w_.metrics.store_called(std::chrono::duration<double>(clock::now() - asked).count());
-    admission_.conclude(ctx, *r->limits, *result, w_.metrics, req_.outcome);
-    if (admission_.request().lease == 0) co_return;
-    if (result->state != limit::check_result::status::ok) {
-        // The store may have taken the slot before its answer was lost (a timeout, a node
-        // of a cluster failing): give it back rather than leave it for the lease's length.
-        w_.store.change_lease(admission_.request(), limit::lease_change::release);
-    } else if (result->verdict.allowed) {
-        lease_.hold(w_.store, w_.metrics, snap_, admission_.request(), clock::now());
-        w_.renew_while_held(lease_);
-    }
-}
-
-// The upstream reported more than the route's cost (cost_header): the rest is charged to the
-// same identifiers as its head arrives, counted even past their limits (the response itself
-// is relayed whatever the charge leaves), so the next requests see it.
-awaitable<void> session::charge_reported_cost() {
-    const std::string_view decided = req_.outcome.decision;
-    if (req_.charge <= 0 || (decided != "allowed" && decided != "shadow_limited")) co_return;
-    limit::check_request r = admission_.request();
-    r.cost = req_.charge;
-    r.count_rejected = true;
-    r.lease = 0;  // a charge takes no slot
-    auto result = w_.store.try_check(r);
-    if (!result) result = co_await w_.store.check(r);
-    if (result->state == limit::check_result::status::error) w_.metrics.store_failed();
 }
 
 bool session::may_keep_alive() const {
@@ -305,8 +286,8 @@ void session::end_request() {
                                       : std::string_view(req_.target.path);
     r.route = req_.route ? std::string_view(req_.route->name) : std::string_view("unmatched");
     r.policy = req_.route && req_.route->limits ? std::string_view(req_.route->limits->name) : std::string_view();
-    r.decision = o.decision;
-    r.id_kind = o.id_kind == 'u' ? "user" : o.id_kind == 'i' ? "ip" : "";
+    r.decision = to_string(o.decision);
+    r.id_kind = o.id_kind ? to_string(*o.id_kind) : "";
     if (o.id_kind) r.id = identity::hasher::to_hex(o.id);
     r.status = req_.status;
     r.bytes_in = req_sink_.bytes;

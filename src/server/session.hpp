@@ -1,8 +1,9 @@
 // A client connection, served one request at a time, each read as its phases in order:
 // read the head -> route -> identify -> limit -> exchange with the upstream -> respond.
 // session.cpp holds the phases up to the limit decision and the answers Sluice gives
-// itself; exchange.cpp the upstream exchange (request body, upstream connection,
-// response relay, tunnel).
+// itself; the identify phase is identity::identify() (identity/identify.hpp), the limit
+// phase limit_step (server/limit_step.hpp); exchange.cpp the upstream exchange (request
+// body, upstream connection, response relay, tunnel).
 //
 // Every failure is a value from the table in http/response.hpp, answered by respond().
 // The access log line and the request metrics are written once, by end_request(), when
@@ -19,6 +20,7 @@
 #include "proxy/headers.hpp"
 #include "proxy/relay.hpp"
 #include "route/target.hpp"
+#include "server/limit_step.hpp"
 #include "server/worker.hpp"
 
 #include <boost/asio/awaitable.hpp>
@@ -42,6 +44,7 @@ struct request_state {
     const route::route* route = nullptr;
     std::size_t route_slot = 0;
     identity::caller who;
+    std::string refusal;  // why the identify phase refused the credentials (401)
     limit::outcome outcome;
     http::clock::time_point started{};
     std::int64_t upstream_us = -1;       // request sent to response head; -1: not asked
@@ -79,8 +82,7 @@ private:
     boost::asio::awaitable<after> phases();
     boost::asio::awaitable<head_status> read_head();
     std::optional<failure> check_head();
-    boost::asio::awaitable<void> check_limits();
-    boost::asio::awaitable<void> charge_reported_cost();
+    bool identify();
     // The route's cost_header ("" = none): read for the charge, never relayed.
     std::string_view cost_header() const { return req_.route ? std::string_view(req_.route->cost_header) : ""; }
     boost::asio::awaitable<after> respond(const failure& f);
@@ -109,8 +111,7 @@ private:
     std::string client_ip_;
     http::tracked_connection track_;
     proxy::relay relay_{track_};
-    limit::admission admission_;
-    held_lease lease_;  // the concurrency slots of the request being served
+    limit_step limits_{w_};  // admission, and the concurrency slots of the request being served
     request_state req_;
     failure head_failure_ = http::fail::bad_request;
     bool upgrade_ = false;

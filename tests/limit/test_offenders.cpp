@@ -22,7 +22,8 @@ digest id_of(unsigned n) {
 }
 
 void refuse(offenders& o, std::int64_t now, unsigned who, int times, std::size_t policy = 0) {
-    for (int i = 0; i < times; ++i) o.refused(now, policy, "p", 'i', id_of(who), "client-" + std::to_string(who));
+    for (int i = 0; i < times; ++i)
+        o.refused(now, policy, "p", sluice::identity::kind::ip, id_of(who), "client-" + std::to_string(who));
 }
 
 std::vector<offender> read(const offenders& o, std::int64_t now) {

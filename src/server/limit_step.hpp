@@ -1,0 +1,47 @@
+// The limit phase of a request as the session runs it: admission (limit/admission.hpp)
+// asks the worker's store, and the concurrency slots an admitted request takes are held,
+// and renewed, until its answer is complete (held_lease).
+//
+// Thread: the owning worker's thread only; one per session.
+#pragma once
+
+#include "identity/caller.hpp"
+#include "limit/admission.hpp"
+#include "route/router.hpp"
+#include "server/lease.hpp"
+#include "server/worker.hpp"
+
+#include <boost/asio/awaitable.hpp>
+
+#include <cstdint>
+#include <memory>
+
+namespace sluice::server {
+
+class limit_step {
+public:
+    explicit limit_step(worker& w) : w_(w) {}
+
+    // Decides the request of `who` on `r` (null: no route matched) under `snap` into `out`:
+    // a pass when nothing limits it, else the policy's decision (limited, 403 for a plan
+    // the policy lacks, store_down). An admitted request meeting a concurrency tier holds
+    // its slots until release(); a store error gives them back at once. The references
+    // are the session's, alive until the step completes.
+    boost::asio::awaitable<void> decide(std::shared_ptr<const snapshot> snap, const route::route* r,
+                                        const identity::caller& who, limit::outcome& out);
+    // The upstream reported `extra` cost beyond the route's (cost_header): charged to the
+    // identifiers of the last decide() as the response head arrives, counted even past
+    // their limits (the response is relayed whatever the charge leaves), so that the next
+    // requests see it. Only after an admission: `decided` is the request's decision,
+    // allowed or shadow_limited, else nothing is charged. Takes no slot.
+    boost::asio::awaitable<void> charge(std::int64_t extra, limit::decision_kind decided);
+    // The answer is complete (or failed): its slots are free.
+    void release() { lease_.release(); }
+
+private:
+    worker& w_;
+    limit::admission admission_;
+    held_lease lease_;  // the concurrency slots of the request being served
+};
+
+}  // namespace sluice::server
