@@ -25,10 +25,13 @@
 # script by script within each round, so that both see the same machine: on a shared
 # machine, compare scripts in one invocation only.
 #
+# A script written in parts (lua/rate_limit.lua and lua/parts/) is assembled first, as the build
+# does (cmake/embed_lua.cmake); an old single-file script is loaded as it is.
+#
 # usage: bench/lua_bench.sh [script.lua ...]   env: N (20000), RUNS (5), SCENARIOS (all:
 #        fixed fixed+sliding default gcra log reject), CLIENTS (16), PIPELINE (16), BATCH (1),
 #        DISTINCT (0), REPEATS (1)
-# needs: redis-server, redis-cli, redis-benchmark on PATH (or REDIS_SERVER, REDIS_CLI,
+# needs: cmake; redis-server, redis-cli, redis-benchmark on PATH (or REDIS_SERVER, REDIS_CLI,
 #        REDIS_BENCHMARK). The ARGV layout follows the header of lua/rate_limit.lua
 #        (as src/store/redis_script.cpp builds it).
 set -euo pipefail
@@ -76,8 +79,14 @@ for _ in 1 2 3 4 5; do
     server_pid=
 done
 [[ -n $server_pid ]] || { echo "redis-server did not start" >&2; exit 1; }
+# A script in parts (its "-- #include" lines) is assembled as the build does.
+assembled=$(mktemp -d)
+trap '[[ -z $server_pid ]] || { kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; } || true; rm -rf "$assembled"' EXIT
 shas=()
-for f in "${scripts[@]}"; do shas+=("$(cli -x script load <"$f")"); done
+for i in "${!scripts[@]}"; do
+    cmake -DINPUT="$(realpath "${scripts[$i]}")" -DLUA_OUTPUT="$assembled/$i.lua" -P "$here/cmake/embed_lua.cmake"
+    shas+=("$(cli -x script load <"$assembled/$i.lua")")
+done
 
 # A tier: algorithm limit per_us bucket_us buckets burst interval_us tolerance_us
 # min_interval_us horizon_us id (tier::from's derived values).
