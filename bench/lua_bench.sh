@@ -7,7 +7,11 @@
 # and commits, except in `reject`) with redis-benchmark, then reads `usec_per_call` of
 # evalsha from INFO commandstats. `inner` is the usec of the commands the script ran
 # (redis.call) per EVALSHA; `rest` = evalsha - inner: the Lua code, the calls' Lua side
-# and EVALSHA's own overhead. Prints the median of RUNS runs.
+# and EVALSHA's own overhead. `cpu` is redis-server's CPU time per EVALSHA (its main thread's
+# run time in /proc/PID/schedstat over the redis-benchmark run: the commands, the clients'
+# reading and writing too): unlike `evalsha`, which is elapsed time, it does not grow while
+# the server waits for a CPU, so it is the steadier figure on a busy machine. Prints the
+# median of RUNS runs.
 #
 # Before each run: FLUSHALL, then the same call at past instants (time override), so the
 # identifier holds a steady state: buckets over the last hour (every minute), the last
@@ -191,17 +195,19 @@ for s in "${order[@]}"; do
 done
 
 for i in "${!scripts[@]}"; do echo "script $i: ${scripts[$i]}"; done
-printf '%-14s %-6s %8s %8s %8s   (N=%d, -c %d -P %d, BATCH %d, DISTINCT %d, REPEATS %d, median of %d runs; µs per decision)\n' \
-    scenario script evalsha inner rest "$N" "$CLIENTS" "$PIPELINE" "$BATCH" "$DISTINCT" "$REPEATS" "$RUNS"
+printf '%-14s %-6s %8s %8s %8s %8s   (N=%d, -c %d -P %d, BATCH %d, DISTINCT %d, REPEATS %d, median of %d runs; µs per decision)\n' \
+    scenario script evalsha inner rest cpu "$N" "$CLIENTS" "$PIPELINE" "$BATCH" "$DISTINCT" "$REPEATS" "$RUNS"
 for s in "${order[@]}"; do
-    declare -A per=() inn=()
+    declare -A per=() inn=() cpu=()
     for _ in $(seq 1 "$RUNS"); do
         for i in "${!scripts[@]}"; do
             call "${shas[$i]}" ${scen[$s]}
             cli flushall >/dev/null
             [[ $s == reject ]] || warm
             cli config resetstat >/dev/null
+            read -r ns0 _ </proc/"$server_pid"/schedstat
             "$BENCH" -p "$port" -n "$N" -c "$CLIENTS" -P "$PIPELINE" -q "${RUN[@]}" >/dev/null
+            read -r ns1 _ </proc/"$server_pid"/schedstat
             st=$(cli info commandstats | tr -d '\r')
             calls=$(($(stat "$st" evalsha calls) * BATCH))
             usec=$(stat "$st" evalsha usec)
@@ -209,13 +215,15 @@ for s in "${order[@]}"; do
                      {for (i = 2; i < NF; i += 2) if ($i == "usec") u += $(i+1)} END {printf "%.2f", u / c}' <<<"$st")
             per[$i]+="$(awk -v u="$usec" -v c="$calls" 'BEGIN {printf "%.2f", u / c}') "
             inn[$i]+="$inner "
+            cpu[$i]+="$(awk -v n=$((ns1 - ns0)) -v c="$calls" 'BEGIN {printf "%.2f", n / 1000 / c}') "
         done
     done
     for i in "${!scripts[@]}"; do
         m=$(printf '%s\n' ${per[$i]} | median)
         mi=$(printf '%s\n' ${inn[$i]} | median)
-        printf '%-14s %-6s %8.2f %8.2f %8.2f   runs: %s\n' "$s" "$i" "$m" "$mi" \
-            "$(awk -v a="$m" -v b="$mi" 'BEGIN {printf "%.2f", a - b}')" "${per[$i]}"
+        mc=$(printf '%s\n' ${cpu[$i]} | median)
+        printf '%-14s %-6s %8.2f %8.2f %8.2f %8.2f   runs: %s cpu: %s\n' "$s" "$i" "$m" "$mi" \
+            "$(awk -v a="$m" -v b="$mi" 'BEGIN {printf "%.2f", a - b}')" "$mc" "${per[$i]}" "${cpu[$i]}"
     done
-    unset per inn
+    unset per inn cpu
 done
