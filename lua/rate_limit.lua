@@ -1,4 +1,4 @@
--- Sluice rate limiter, one EVALSHA per request (or per batch of requests: "Batch" below):
+-- Sluice rate limiter, one EVALSHA per request (or per batch: parts/layout.lua, "Batch"):
 -- every tier of every identifier is checked, and only if all admit is the cost committed to
 -- each. The semantics are limit::decide()'s (src/limit/decide.cpp), whose check and commit
 -- functions the ones here mirror; the differential test (tests/store/test_redis_script.cpp)
@@ -26,16 +26,24 @@
 --                     buckets, oldest first, are in field "<tier id>|o" as
 --                     "<index>:<count>,<index>:<count>,...", written only when they change
 --                     (most requests fall in the newest bucket: they read and write the head
---                     alone). Without an older bucket: "|<newest>|" (and "|o" is stale). An
---                     earlier version kept the older buckets inline, "<total>|<newest>|<index>:
---                     <count>,...": such a head is read too, and moved on its next commit (an
---                     earlier script reads a head with "/" as empty, so a fleet half upgraded
---                     counts from the new heads only where the new script runs)
+--                     alone). Without an older bucket: "|<newest>|" (and "|o" is stale).
 --     gcra            "<tat - last>"
 --     log             "<the ZSET's expiry in ms as last set here>" (0: no ZSET); the ZSET
 --                     holds the admitted times: score <ts>, member "<ts>:<seq>", seq from 1
 --                     per ts
 --     concurrency     "<lease id>:<expiry>," per request in flight, oldest first
+-- Storage format. The version is in the data, field by field (a tier's field is read and written
+-- alone, and tiers of several policies share an identifier's HASH, so one version per HASH could
+-- not say which fields a newer script has rewritten): the fields above are format 1, written
+-- with no mark (each starts with a digit); a later format of a field starts with "v<N>:", which
+-- no reader of format 1 matches (it fails or reads no state: never mistaken for format 1). A
+-- tier's "|o" field is of its head's format. A change of format ships in two releases, so that a
+-- fleet upgraded one gateway at a time never runs a script beside data it cannot read: release
+-- R reads both formats and writes the old one; R+1 writes the new one and still reads the old;
+-- R+2 drops the old reader. A reader is thus kept for one release after the last release that
+-- wrote its format, and a format no release wrote (one changed again before a release: releases
+-- are the git tags v*) gets no reader: the inline older buckets "<total>|<newest>|<list>" of
+-- 8403d16 and the formats of 9ea58a7 were never released, and their readers are gone.
 -- A commit keeps each key alive for its longest horizon past max(time used, clock); a TTL
 -- only grows, and when it must, with horizon / 8 of slack, so that a busy key is not
 -- extended on every request. A batch writes a HASH once, at its end: one HSET of every field

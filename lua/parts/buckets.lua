@@ -31,14 +31,11 @@ local function check_buckets(v, c, hash, id, t_s, t, at, cost, soon, always, lim
     local nw, tot  -- the stored newest count and total ('': no older bucket)
     local src, q  -- the older buckets' list, from q on (nil: not read yet)
     local read  -- the older field as read
-    local moved  -- the older list must be written: it changed, or leaves a legacy head
+    local moved  -- the older list changed: it must be written
     if v then
-        local ls, sep, p, f1
-        ls, tot, nw, sep, p, f1 = string.match(v, '^(%d+);(%d*)|(%d+)([|/])()(%d*)')
+        local ls, f1
+        ls, tot, nw, f1 = string.match(v, '^(%d+);(%d*)|(%d+)[|/](%d*)')
         if ls then
-            if tot ~= '' and sep == '|' then
-                src, q, moved = v, p, true  -- a legacy head: its older buckets inline
-            end
             local newest = t
             if ls ~= t_s then
                 newest = ls + 0
@@ -64,10 +61,8 @@ local function check_buckets(v, c, hash, id, t_s, t, at, cost, soon, always, lim
                 if tot == '' then
                     count = nw + 0
                 else
-                    if not src then
-                        read = read_field(c, hash, id .. '|o')
-                        src, q = read, 1
-                    end
+                    read = read_field(c, hash, id .. '|o')
+                    src, q = read, 1
                     local find, sub = string.find, string.sub
                     local dead = 0
                     while true do
@@ -177,8 +172,8 @@ local function check_buckets(v, c, hash, id, t_s, t, at, cost, soon, always, lim
     return false, remaining, reset, admit_at, total, newest_count, first, older, read
 end
 
--- The head of a bucket tier after a commit at `at` (see check_buckets): without an older
--- bucket in the form an older script reads too.
+-- The head of a bucket tier after a commit at `at` (see check_buckets; without an older
+-- bucket: "<at>;|<newest>|").
 local function commit_buckets(at_s, total, newest, first, older)
     if older == '' or not first then
         return string.format('%s;|%d|', at_s, newest)
