@@ -7,7 +7,11 @@
 # and commits, except in `reject`) with redis-benchmark, then reads `usec_per_call` of
 # evalsha from INFO commandstats. `inner` is the usec of the commands the script ran
 # (redis.call) per EVALSHA; `rest` = evalsha - inner: the Lua code, the calls' Lua side
-# and EVALSHA's own overhead. Prints the median of RUNS runs.
+# and EVALSHA's own overhead. `cpu` is redis-server's CPU time per EVALSHA (its main thread's
+# run time in /proc/PID/schedstat over the redis-benchmark run: the commands, the clients'
+# reading and writing too): unlike `evalsha`, which is elapsed time, it does not grow while
+# the server waits for a CPU, so it is the steadier figure on a busy machine. Prints the
+# median of RUNS runs.
 #
 # Before each run: FLUSHALL, then the same call at past instants (time override), so the
 # identifier holds a steady state: buckets over the last hour (every minute), the last
@@ -25,10 +29,13 @@
 # script by script within each round, so that both see the same machine: on a shared
 # machine, compare scripts in one invocation only.
 #
+# A script written in parts (lua/rate_limit.lua and lua/parts/) is assembled first, as the build
+# does (cmake/embed_lua.cmake); an old single-file script is loaded as it is.
+#
 # usage: bench/lua_bench.sh [script.lua ...]   env: N (20000), RUNS (5), SCENARIOS (all:
 #        fixed fixed+sliding default gcra log reject), CLIENTS (16), PIPELINE (16), BATCH (1),
 #        DISTINCT (0), REPEATS (1)
-# needs: redis-server, redis-cli, redis-benchmark on PATH (or REDIS_SERVER, REDIS_CLI,
+# needs: cmake; redis-server, redis-cli, redis-benchmark on PATH (or REDIS_SERVER, REDIS_CLI,
 #        REDIS_BENCHMARK). The ARGV layout follows the header of lua/rate_limit.lua
 #        (as src/store/redis_script.cpp builds it).
 set -euo pipefail
@@ -76,8 +83,14 @@ for _ in 1 2 3 4 5; do
     server_pid=
 done
 [[ -n $server_pid ]] || { echo "redis-server did not start" >&2; exit 1; }
+# A script in parts (its "-- #include" lines) is assembled as the build does.
+assembled=$(mktemp -d)
+trap '[[ -z $server_pid ]] || { kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; } || true; rm -rf "$assembled"' EXIT
 shas=()
-for f in "${scripts[@]}"; do shas+=("$(cli -x script load <"$f")"); done
+for i in "${!scripts[@]}"; do
+    cmake -DINPUT="$(realpath "${scripts[$i]}")" -DLUA_OUTPUT="$assembled/$i.lua" -P "$here/cmake/embed_lua.cmake"
+    shas+=("$(cli -x script load <"$assembled/$i.lua")")
+done
 
 # A tier: algorithm limit per_us bucket_us buckets burst interval_us tolerance_us
 # min_interval_us horizon_us id (tier::from's derived values).
@@ -182,17 +195,19 @@ for s in "${order[@]}"; do
 done
 
 for i in "${!scripts[@]}"; do echo "script $i: ${scripts[$i]}"; done
-printf '%-14s %-6s %8s %8s %8s   (N=%d, -c %d -P %d, BATCH %d, DISTINCT %d, REPEATS %d, median of %d runs; µs per decision)\n' \
-    scenario script evalsha inner rest "$N" "$CLIENTS" "$PIPELINE" "$BATCH" "$DISTINCT" "$REPEATS" "$RUNS"
+printf '%-14s %-6s %8s %8s %8s %8s   (N=%d, -c %d -P %d, BATCH %d, DISTINCT %d, REPEATS %d, median of %d runs; µs per decision)\n' \
+    scenario script evalsha inner rest cpu "$N" "$CLIENTS" "$PIPELINE" "$BATCH" "$DISTINCT" "$REPEATS" "$RUNS"
 for s in "${order[@]}"; do
-    declare -A per=() inn=()
+    declare -A per=() inn=() cpu=()
     for _ in $(seq 1 "$RUNS"); do
         for i in "${!scripts[@]}"; do
             call "${shas[$i]}" ${scen[$s]}
             cli flushall >/dev/null
             [[ $s == reject ]] || warm
             cli config resetstat >/dev/null
+            read -r ns0 _ </proc/"$server_pid"/schedstat
             "$BENCH" -p "$port" -n "$N" -c "$CLIENTS" -P "$PIPELINE" -q "${RUN[@]}" >/dev/null
+            read -r ns1 _ </proc/"$server_pid"/schedstat
             st=$(cli info commandstats | tr -d '\r')
             calls=$(($(stat "$st" evalsha calls) * BATCH))
             usec=$(stat "$st" evalsha usec)
@@ -200,13 +215,15 @@ for s in "${order[@]}"; do
                      {for (i = 2; i < NF; i += 2) if ($i == "usec") u += $(i+1)} END {printf "%.2f", u / c}' <<<"$st")
             per[$i]+="$(awk -v u="$usec" -v c="$calls" 'BEGIN {printf "%.2f", u / c}') "
             inn[$i]+="$inner "
+            cpu[$i]+="$(awk -v n=$((ns1 - ns0)) -v c="$calls" 'BEGIN {printf "%.2f", n / 1000 / c}') "
         done
     done
     for i in "${!scripts[@]}"; do
         m=$(printf '%s\n' ${per[$i]} | median)
         mi=$(printf '%s\n' ${inn[$i]} | median)
-        printf '%-14s %-6s %8.2f %8.2f %8.2f   runs: %s\n' "$s" "$i" "$m" "$mi" \
-            "$(awk -v a="$m" -v b="$mi" 'BEGIN {printf "%.2f", a - b}')" "${per[$i]}"
+        mc=$(printf '%s\n' ${cpu[$i]} | median)
+        printf '%-14s %-6s %8.2f %8.2f %8.2f %8.2f   runs: %s cpu: %s\n' "$s" "$i" "$m" "$mi" \
+            "$(awk -v a="$m" -v b="$mi" 'BEGIN {printf "%.2f", a - b}')" "$mc" "${per[$i]}" "${cpu[$i]}"
     done
-    unset per inn
+    unset per inn cpu
 done
