@@ -273,8 +273,13 @@ TEST_CASE("a pooled connection the upstream closed is never used again") {
     // not be sent twice, goes out on a new connection rather than fail.
     c.send(make_request("POST", "/close-after", {}, "x"));
     CHECK(c.read_response().body == "bye");
-    // Once the upstream's FIN has arrived (the upstream may be slow to send it on a busy
-    // machine), the pool holds nothing.
+    // The connection goes back to the pool a moment after the client read its answer; once
+    // the upstream's FIN has arrived (it may be slow to send it on a busy machine), the pool
+    // drops it. Waiting for 0 alone could pass before it was given back.
+    const auto idle = [&] {
+        return metric_value(fetch(f.gw->admin_port, "GET", "/metrics").body, "sluice_upstream_idle_connections");
+    };
+    eventually([&] { return idle() == 1; }, std::chrono::seconds(1));  // at most a sweep's period
     CHECK(eventually_metric(f.gw->admin_port, "sluice_upstream_idle_connections", 0) == 0);
     c.send(make_request("POST", "/never-twice", {{"Content-Length", "0"}}));
     auto post = c.read_response();
