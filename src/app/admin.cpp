@@ -1,5 +1,6 @@
 #include "app/admin.hpp"
 
+#include "base/units.hpp"
 #include "http/async.hpp"
 #include "http/response.hpp"
 #include "identity/hasher.hpp"
@@ -36,12 +37,12 @@ struct admin_hooks {
 };
 
 constexpr std::size_t max_top = 1000;
-constexpr std::size_t max_header_bytes = 16 * 1024;
-constexpr std::size_t max_body_bytes = 64 * 1024;
+constexpr std::size_t max_header_bytes = 16 * base::KiB;
+constexpr std::size_t max_body_bytes = 64 * base::KiB;
 // After an answer that closes the connection, unread input is drained this long, up to this much.
 constexpr auto linger_time = std::chrono::seconds(2);
-constexpr std::size_t linger_bytes = 4 * 1024 * 1024;
-constexpr std::size_t linger_read_bytes = 16 * 1024;
+constexpr std::size_t linger_bytes = 4 * base::MiB;
+constexpr std::size_t linger_read_bytes = 16 * base::KiB;
 constexpr auto eviction_log_interval = std::chrono::minutes(1);
 
 std::string error_body(std::string_view error, std::string_view message) {
@@ -270,7 +271,7 @@ void admin_server::make_room() {
                  limits_.max_connections, evicted_);
 }
 
-admin_server::admin_server(asio::io_context& ioc, tcp::endpoint listen, const metrics::registry& metrics,
+admin_server::admin_server(asio::io_context& ioc, const tcp::endpoint& listen, const metrics::registry& metrics,
                            std::function<readiness()> ready, std::function<app::reload_result()> reload,
                            std::function<std::vector<limit::offender>()> offenders, admin_limits limits)
     : ioc_(ioc),
@@ -307,12 +308,12 @@ void admin_server::start() {
                 }
                 if (!open_.empty() && open_.size() >= limits_.max_connections) make_room();
                 asio::co_spawn(ioc_, serve(std::make_unique<connection>(std::move(socket), open_)),
-                               [](std::exception_ptr e) {
+                               [](const std::exception_ptr& e) {
                                    if (e) spdlog::warn("admin connection ended by an exception");
                                });
             }
         },
-        [](std::exception_ptr e) {
+        [](const std::exception_ptr& e) {
             if (e) spdlog::error("admin listener stopped by an exception");
         });
 }

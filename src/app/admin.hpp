@@ -37,9 +37,10 @@ class admin_server {
 public:
     // `reload` re-reads the config file (POST /reload); it runs on this io_context's thread.
     // `offenders` gathers every worker's refusals of the last minute (GET /top).
-    admin_server(boost::asio::io_context& ioc, boost::asio::ip::tcp::endpoint listen, const metrics::registry& metrics,
-                 std::function<readiness()> ready, std::function<app::reload_result()> reload,
-                 std::function<std::vector<limit::offender>()> offenders, admin_limits limits);
+    admin_server(boost::asio::io_context& ioc, const boost::asio::ip::tcp::endpoint& listen,
+                 const metrics::registry& metrics, std::function<readiness()> ready,
+                 std::function<app::reload_result()> reload, std::function<std::vector<limit::offender>()> offenders,
+                 admin_limits limits);
     ~admin_server();
     admin_server(const admin_server&) = delete;
     admin_server& operator=(const admin_server&) = delete;

@@ -71,7 +71,7 @@ void refuse_if_taken(const tcp::endpoint& ep) {
 }
 
 // The first acceptor may ask for port 0; the others then share the port it got.
-void open_acceptor(tcp::acceptor& a, tcp::endpoint ep) {
+void open_acceptor(tcp::acceptor& a, const tcp::endpoint& ep) {
     a.open(ep.protocol());
     a.set_option(asio::socket_base::reuse_address(true));
     a.set_option(asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true));

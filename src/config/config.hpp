@@ -5,6 +5,8 @@
 // modified after loading; share it as shared_ptr<const config> between threads.
 #pragma once
 
+#include "base/units.hpp"
+
 #include <boost/asio/ip/address.hpp>
 
 #include <array>
@@ -49,9 +51,9 @@ struct server_config {
     duration idle_timeout = std::chrono::seconds(60);
     duration drain_timeout = std::chrono::seconds(10);
     duration body_timeout = std::chrono::seconds(60);  // the request body, plus 1 s per body_min_rate bytes
-    std::uint64_t body_min_rate = 64 * 1024;           // bytes per second that earn a body more time
+    std::uint64_t body_min_rate = 64 * base::KiB;      // bytes per second that earn a body more time
     std::size_t max_header_bytes = 16384;
-    std::uint64_t max_body_bytes = 10 * 1024 * 1024;
+    std::uint64_t max_body_bytes = 10 * base::MiB;
 
     bool operator==(const server_config&) const = default;
 };
@@ -75,7 +77,7 @@ struct upstream_config {
 // request_buffer_bytes: a slow client then holds no upstream connection), or streamed.
 struct proxy_config {
     bool request_buffering = true;
-    std::size_t request_buffer_bytes = 128 * 1024;
+    std::size_t request_buffer_bytes = 128 * base::KiB;
 
     bool operator==(const proxy_config&) const = default;
 };

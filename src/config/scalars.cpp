@@ -12,6 +12,7 @@
 #include <boost/asio/ip/network_v6.hpp>
 #include <boost/url/parse.hpp>
 
+#include "base/text.hpp"
 #include "config/readers.hpp"
 
 namespace sluice::config {
@@ -201,13 +202,7 @@ bool is_dns_name(std::string_view host) {
                                         [](char c) { return is_ascii_alnum(c) || c == '-' || c == '.' || c == '_'; });
 }
 
-// An RFC 9110 token: header field names and request methods.
-bool is_token(std::string_view s) {
-    constexpr std::string_view symbols = "!#$%&'*+-.^_`|~";
-    return !s.empty() && std::all_of(s.begin(), s.end(), [&](char c) {
-        return is_ascii_alnum(c) || symbols.find(c) != std::string_view::npos;
-    });
-}
+bool is_token(std::string_view s) { return base::is_token(s); }
 
 bool is_env_name(std::string_view s) {
     return !s.empty() && !(s[0] >= '0' && s[0] <= '9') &&

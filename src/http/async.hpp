@@ -2,6 +2,8 @@
 // (EOF, timeouts and resets are expected on the data path).
 #pragma once
 
+#include "base/async.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -10,7 +12,7 @@
 
 namespace sluice::http {
 
-inline constexpr auto use_tuple = boost::asio::as_tuple(boost::asio::use_awaitable);
+using base::use_tuple;
 
 // Completes, consuming nothing, once the socket has a byte to read (n = 1), or has reached its
 // end or an error (ec): a one-byte receive with MSG_PEEK into `byte`, which must outlive it.

@@ -1,5 +1,7 @@
 #include "identity/address.hpp"
 
+#include "base/text.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -7,15 +9,12 @@ namespace sluice::identity {
 
 namespace {
 
+using base::iequals;
+using base::is_ows;
+using base::is_tchar;
+using base::trim;
+
 using forwarded_kind = config::clients_config::forwarded_kind;
-
-bool is_ows(char c) { return c == ' ' || c == '\t'; }
-
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && is_ows(s.front())) s.remove_prefix(1);
-    while (!s.empty() && is_ows(s.back())) s.remove_suffix(1);
-    return s;
-}
 
 // An IP literal without brackets, port or zone id. No allocation.
 bool parse_literal(std::string_view s, address& out) {
@@ -72,22 +71,6 @@ bool parse_host_port(std::string_view s, address& out, bool bare_v6, PortOk port
     address a;
     if (!parse_literal(s, a)) return false;
     out = normalize(a);
-    return true;
-}
-
-bool is_tchar(char c) {
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-    return std::strchr("!#$%&'*+-.^_`|~", c) != nullptr && c != '\0';
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        char x = a[i], y = b[i];
-        if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-        if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-        if (x != y) return false;
-    }
     return true;
 }
 
@@ -255,7 +238,7 @@ bool parse_forwarded_node(std::string_view s, address& out) {
 
 address client_address(const address& peer0, const std::vector<std::string_view>& header_values, forwarded_kind kind,
                        const cidr_set& trusted) {
-    const address peer = normalize(peer0);
+    address peer = normalize(peer0);
     if (kind == forwarded_kind::none || header_values.empty() || !trusted.contains(peer)) return peer;
 
     address current = peer;  // the last trusted hop examined

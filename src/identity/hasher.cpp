@@ -1,5 +1,7 @@
 #include "identity/hasher.hpp"
 
+#include "base/text.hpp"
+
 #include <openssl/evp.h>
 
 #include <memory>
@@ -89,12 +91,8 @@ hasher::digest hasher::hash(std::string_view kind, std::string_view id) const {
 }
 
 std::string hasher::to_hex(const digest& d) {
-    static constexpr char digits[] = "0123456789abcdef";
-    std::string s(d.size() * 2, '\0');
-    for (std::size_t i = 0; i < d.size(); ++i) {
-        s[2 * i] = digits[d[i] >> 4];
-        s[2 * i + 1] = digits[d[i] & 0x0f];
-    }
+    std::string s;
+    base::append_hex(s, std::span<const unsigned char>(d.data(), d.size()));
     return s;
 }
 

@@ -1,5 +1,7 @@
 #include "identity/jwt.hpp"
 
+#include "base/text.hpp"
+
 #include "config/stable_file.hpp"
 
 #include <jwt.h>
@@ -17,6 +19,9 @@
 namespace sluice::identity {
 
 namespace {
+
+using base::iequals;
+using base::trim;
 
 constexpr std::size_t max_token_bytes = 8192;
 
@@ -65,22 +70,6 @@ std::optional<std::string> b64url_decode(std::string_view s) {
 
 bool all_b64url(std::string_view s) {
     return std::all_of(s.begin(), s.end(), [](char c) { return b64url_value(c) >= 0; });
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
-        if (lower(a[i]) != lower(b[i])) return false;
-    }
-    return true;
-}
-
-std::string_view trim(std::string_view s) {
-    auto ws = [](char c) { return c == ' ' || c == '\t'; };
-    while (!s.empty() && ws(s.front())) s.remove_prefix(1);
-    while (!s.empty() && ws(s.back())) s.remove_suffix(1);
-    return s;
 }
 
 // Parses a decoded JSON segment into an object, or nullopt.

@@ -46,6 +46,7 @@ std::vector<std::string> tier_names(const config::policy_config& p) {
         for (const auto& t : *list) tiers.push_back(&t);
     }
     std::vector<std::string> names;
+    names.reserve(tiers.size());
     for (const auto* t : tiers) names.push_back(t->kind + '-' + per_text(*t));
     const auto shared = [](const std::vector<std::string>& all, auto it) {
         return std::count(all.begin(), all.end(), *it) > 1;

@@ -1,5 +1,7 @@
 #include "proxy/headers.hpp"
 
+#include "base/text.hpp"
+
 #include <boost/beast/core/string.hpp>
 
 #include "http/response.hpp"
@@ -13,11 +15,7 @@ using boost::beast::http::verb;
 
 namespace {
 
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-    return s;
-}
+using base::trim;
 
 void append_field(std::string& out, std::string_view name, std::string_view value) {
     out.append(name);

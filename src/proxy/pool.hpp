@@ -28,7 +28,7 @@
 namespace sluice::proxy {
 
 struct upstream_connection {
-    explicit upstream_connection(boost::asio::any_io_executor ex) : socket(std::move(ex)) {}
+    explicit upstream_connection(const boost::asio::any_io_executor& ex) : socket(ex) {}
     boost::asio::ip::tcp::socket socket;
     boost::beast::flat_buffer buffer;
     bool reused = false;  // came from the pool: the upstream may have closed it meanwhile
@@ -36,8 +36,8 @@ struct upstream_connection {
 
 class pool {
 public:
-    pool(boost::asio::any_io_executor ex, std::size_t max_idle, metrics::shard& metrics)
-        : sweep_(std::move(ex)), max_idle_(max_idle), metrics_(metrics) {}
+    pool(const boost::asio::any_io_executor& ex, std::size_t max_idle, metrics::shard& metrics)
+        : sweep_(ex), max_idle_(max_idle), metrics_(metrics) {}
     std::unique_ptr<upstream_connection> take();
     // Keeps `c` for reuse. Only for a connection whose last response ended exactly at its
     // framing with nothing more read (c->buffer empty).

@@ -8,6 +8,7 @@
 // Thread: the owning worker's thread only.
 #pragma once
 
+#include "base/units.hpp"
 #include "http/deadline_sweep.hpp"
 #include "proxy/pool.hpp"
 
@@ -26,10 +27,10 @@ using boost::asio::awaitable;
 using boost::asio::ip::tcp;
 
 // Bodies move in pieces of at most this size: memory per connection stays bounded.
-inline constexpr std::size_t piece_size = 64 * 1024;
+inline constexpr std::size_t piece_size = 64 * base::KiB;
 // The most a parser may hold unparsed while it waits for a line end (a chunk header with
 // its extensions, a trailer): a longer line is a parse error, not a reason to buffer on.
-inline constexpr std::size_t max_pending_line = 64 * 1024;
+inline constexpr std::size_t max_pending_line = 64 * base::KiB;
 
 // When a request body must have arrived: `at`, pushed back by one second for every
 // `bytes_per_second` received. A large body sent at a fair pace is never cut off; one

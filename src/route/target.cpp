@@ -1,5 +1,7 @@
 #include "route/target.hpp"
 
+#include "base/text.hpp"
+
 #include <array>
 
 #include <boost/url/authority_view.hpp>
@@ -7,6 +9,9 @@
 namespace sluice::route {
 
 namespace {
+
+using base::iequals;
+constexpr auto to_lower = base::ascii_lower;
 
 constexpr const char* no_known_form = "malformed request target";
 constexpr const char* asterisk_not_options = "asterisk-form target is only allowed with OPTIONS";
@@ -38,15 +43,6 @@ int hex_value(char c) {
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
-}
-
-char to_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool iequals(std::string_view a, std::string_view b) {
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i)
-        if (to_lower(a[i]) != to_lower(b[i])) return false;
-    return true;
 }
 
 // "/a/b" -> "/a"; "/a" -> "".

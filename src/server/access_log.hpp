@@ -17,6 +17,8 @@
 // Thread: lane::write() from its worker's thread; reopen() and dropped() from any thread.
 #pragma once
 
+#include "base/units.hpp"
+
 #include <boost/json/serializer.hpp>
 
 #include <atomic>
@@ -44,8 +46,8 @@ struct access_record {
 
 class access_log {
 public:
-    static constexpr std::size_t batch_bytes = 64 * 1024;
-    static constexpr std::size_t max_pending_bytes = 8 * 1024 * 1024;
+    static constexpr std::size_t batch_bytes = 64 * base::KiB;
+    static constexpr std::size_t max_pending_bytes = 8 * base::MiB;
 
     class lane {
     public:

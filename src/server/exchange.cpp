@@ -2,6 +2,7 @@
 // upstream connection, the response relayed (or a tunnel after 101).
 #include "server/session.hpp"
 
+#include "base/text.hpp"
 #include "http/async.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -60,11 +61,7 @@ metrics::upstream_error error_kind(const error_code& ec) {
 }
 
 void append_chunk(std::string& out, std::string_view data) {
-    constexpr char hex[] = "0123456789abcdef";
-    char buf[16];
-    char* p = buf + sizeof buf;
-    for (auto n = data.size(); n > 0 || p == buf + sizeof buf; n >>= 4) *--p = hex[n & 15];
-    out.append(p, buf + sizeof buf);
+    base::append_hex(out, std::uint64_t{data.size()});
     out += "\r\n";
     out += data;
     out += "\r\n";

@@ -1,5 +1,6 @@
 #include "server/session.hpp"
 
+#include "base/units.hpp"
 #include "http/async.hpp"
 #include "identity/identify.hpp"
 
@@ -18,11 +19,11 @@ namespace fail = http::fail;
 namespace {
 
 constexpr auto linger_time = std::chrono::seconds(2);
-constexpr std::size_t linger_bytes = 4 * 1024 * 1024;
+constexpr std::size_t linger_bytes = 4 * base::MiB;
 // Buffers a connection keeps between requests (the read buffer excepted): enough for
 // typical answers, so that the common request allocates nothing. A request that needed more
 // gives it back when it ends.
-constexpr std::size_t kept_bytes = 16 * 1024;
+constexpr std::size_t kept_bytes = 16 * base::KiB;
 // The read buffer an idle keep-alive connection keeps. A request's first read goes straight
 // into it (waiting for readability first would cost a syscall per request), and most heads
 // fit; a longer one is read on 16 KiB at a time.

@@ -1,5 +1,6 @@
 #include "server/worker.hpp"
 
+#include "base/async.hpp"
 #include "http/async.hpp"
 #include "server/session.hpp"
 
@@ -22,15 +23,6 @@ clock::duration sweep_tick(const config::config& c) {
     return std::clamp<clock::duration>(tick, std::chrono::milliseconds(5), std::chrono::milliseconds(100));
 }
 
-void report(std::exception_ptr e) {
-    if (!e) return;
-    try {
-        std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-        spdlog::error("connection ended by an unexpected exception: {}", ex.what());
-    }
-}
-
 asio::awaitable<void> accept_loop(worker& w) {
     using http::use_tuple;
     for (;;) {
@@ -49,7 +41,7 @@ asio::awaitable<void> accept_loop(worker& w) {
             socket.close(ignored);
             continue;
         }
-        asio::co_spawn(w.ioc, serve(w, std::move(socket)), report);
+        asio::co_spawn(w.ioc, serve(w, std::move(socket)), base::log_exception("connection"));
     }
 }
 
@@ -76,7 +68,7 @@ void worker::set_snapshot(std::shared_ptr<const snapshot> s) {
 void worker::start() { connections.start(); }
 
 void worker::accept() {
-    if (!draining) asio::co_spawn(ioc, accept_loop(*this), report);
+    if (!draining) asio::co_spawn(ioc, accept_loop(*this), base::log_exception("accept loop"));
 }
 
 void worker::upstream_failed() {

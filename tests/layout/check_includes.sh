@@ -9,16 +9,17 @@ src="${1:-$(dirname "$0")/../..}/src"
 
 # Each module and the modules below it that it may use.
 declare -A may_use=(
-  [app]="server proxy route identity limit store http config metrics"  # wires the rest
-  [server]="proxy route identity limit http config metrics"            # the session runs every phase
-  [proxy]="http config metrics"                                        # the exchange with the upstream
-  [route]="limit config"                                               # a request's route (see below)
-  [store]="limit config metrics"                                       # the stores behind limit::store
-  [limit]="identity config metrics"  # the limit step: the caller, never an HTTP message (no http/)
-  [identity]="http config"           # the identify step: a request's head and peer -> the caller
-  [http]="config metrics"
-  [config]=""
-  [metrics]=""
+  [app]="server proxy route identity limit store http config metrics base"  # wires the rest
+  [server]="proxy route identity limit http config metrics base"            # the session runs every phase
+  [proxy]="http config metrics base"                                        # the exchange with the upstream
+  [route]="limit config base"                                               # a request's route (see below)
+  [store]="limit config metrics base"                                       # the stores behind limit::store
+  [limit]="identity config metrics base"  # the limit step: the caller, never an HTTP message (no http/)
+  [identity]="http config base"           # the identify step: a request's head and peer -> the caller
+  [http]="config metrics base"
+  [config]="base"
+  [metrics]="base"
+  [base]=""  # text, sizes, coroutine helpers: the room at the bottom every module may use
 )
 # Where a module may use only some headers of another.
 #
