@@ -249,10 +249,7 @@ bool gateway::start() {
             main_ioc_, endpoint_of(cfg_->admin.listen), metrics_, [this] { return store_readiness(); },
             [this] { return reload(); }, [this] { return offenders(); },
             admin_limits{cfg_->server.header_timeout, cfg_->server.idle_timeout, 64});
-        metrics_.add_gauge("sluice_limited_identities",
-                           "Distinct identities (per policy) refused at least once in the last minute, as GET /top "
-                           "counts them.",
-                           [this] { return static_cast<double>(limit::offenders::merge(offenders()).size()); });
+        metrics_.add_limited_identities([this] { return limit::offenders::merge(offenders()).size(); });
     } catch (const std::exception& e) {
         spdlog::error("cannot listen: {}", e.what());
         return false;

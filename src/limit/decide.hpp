@@ -119,8 +119,7 @@ decision decide(std::span<const key_request> keys, usec now, std::int64_t cost, 
 void release_lease(std::span<const key_request> keys, std::uint64_t lease);
 void renew_lease(std::span<const key_request> keys, usec now, std::uint64_t lease);
 
-// Rounds a duration in microseconds up to whole milliseconds / seconds.
-inline std::int64_t ceil_ms(usec d) { return d <= 0 ? 0 : (d + 999) / 1000; }
+// Rounds a duration in microseconds up to whole seconds.
 inline std::int64_t ceil_s(usec d) { return d <= 0 ? 0 : (d + 999'999) / 1'000'000; }
 
 std::uint64_t tier_key_of(std::string_view id);

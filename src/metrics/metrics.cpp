@@ -151,11 +151,14 @@ void registry::add_fallback(std::vector<const fallback_counters*> stores, std::f
     collectors_.push_back(std::move(collect));
 }
 
-void registry::add_gauge(std::string name, std::string help, std::function<double()> value) {
-    auto collect = [name = std::move(name), help = std::move(help), value = std::move(value)] {
+void registry::add_limited_identities(std::function<std::size_t()> count) {
+    auto collect = [count = std::move(count)] {
         std::vector<prometheus::MetricFamily> out(1);
-        out[0] = {name, help, MetricType::Gauge, {}};
-        out[0].metric.emplace_back().gauge.value = value();
+        out[0] = {"sluice_limited_identities",
+                  "Distinct identities (per policy) refused at least once in the last minute, as GET /top counts them.",
+                  MetricType::Gauge,
+                  {}};
+        out[0].metric.emplace_back().gauge.value = static_cast<double>(count());
         return out;
     };
     std::lock_guard lock(names_mu_);

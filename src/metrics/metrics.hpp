@@ -134,8 +134,9 @@ public:
     // sluice_store_degraded (whether `degraded()`) and sluice_store_local_decisions_total over
     // every worker's fallback counters (store.on_error local). Once, at start.
     void add_fallback(std::vector<const fallback_counters*> stores, std::function<bool()> degraded);
-    // A gauge read at scrape time. Once per name, at start.
-    void add_gauge(std::string name, std::string help, std::function<double()> value);
+    // sluice_limited_identities: distinct identities refused in the last minute (GET /top's
+    // count), read at scrape time. Once, at start.
+    void add_limited_identities(std::function<std::size_t()> count);
     // sluice_access_log_dropped_total: access log lines lost. Once, at start.
     void add_access_log(std::function<std::uint64_t()> dropped);
     // Counts a configuration reload (SIGHUP or POST /reload) by its result.

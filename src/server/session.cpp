@@ -245,9 +245,7 @@ awaitable<after> session::respond(const failure& f) {
     const bool keep = keeps_connection(f) && may_keep_alive();
     out_.clear();
     http::write_failure(out_, f, connection_of(keep));
-    auto ec = co_await relay_.write_all(client_, out_, cfg_->server.header_timeout);
-    if (ec) co_return after::close;
-    co_return keep ? after::keep_alive : after::linger;
+    co_return co_await send_own_answer(keep);
 }
 
 awaitable<after> session::respond_limited() {
@@ -256,7 +254,14 @@ awaitable<after> session::respond_limited() {
     out_.clear();
     http::write_limited(out_, req_.route->limits->name, req_.outcome.retry_after_s, req_.outcome.fields,
                         connection_of(keep));
-    auto ec = co_await relay_.write_all(client_, out_, cfg_->server.idle_timeout);
+    co_return co_await send_own_answer(keep);
+}
+
+// Every answer Sluice gives itself has one write deadline, server.header_timeout: a few
+// hundred bytes a client does not take in that long (a flood that never reads its 429s) are
+// not waited for.
+awaitable<after> session::send_own_answer(bool keep) {
+    auto ec = co_await relay_.write_all(client_, out_, cfg_->server.header_timeout);
     if (ec) co_return after::close;
     co_return keep ? after::keep_alive : after::linger;
 }

@@ -87,6 +87,7 @@ private:
     std::string_view cost_header() const { return req_.route ? std::string_view(req_.route->cost_header) : ""; }
     boost::asio::awaitable<after> respond(const failure& f);
     boost::asio::awaitable<after> respond_limited();
+    boost::asio::awaitable<after> send_own_answer(bool keep);
     boost::asio::awaitable<void> linger();
     void end_request();
     bool may_keep_alive() const;
