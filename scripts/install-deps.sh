@@ -13,7 +13,7 @@ else
   pkgs=(build-essential cmake pkg-config git ca-certificates
         libboost1.81-all-dev libhiredis-dev libyaml-cpp-dev prometheus-cpp-dev libssl-dev
         libjwt-dev doctest-dev libspdlog-dev libfmt-dev redis-server
-        clang libclang-rt-14-dev clang-format
+        clang libclang-rt-14-dev clang-format clang-tidy
         slowhttptest
         docker-compose)   # 1.29, python: the packaging test validates compose.yaml with it
                           # (no engine: docker.io is only recommended)
