@@ -36,18 +36,6 @@ const std::string& asking_command() {
 
 }  // namespace
 
-const char* redis_connection::to_string(error e) {
-    switch (e) {
-        case error::none: return "ok";
-        case error::not_ready: return "redis not connected";
-        case error::overloaded: return "too many redis calls in flight";
-        case error::timeout: return "redis timeout";
-        case error::connection_lost: return "redis connection lost";
-        case error::stopped: return "redis connection stopped";
-    }
-    return "redis error";
-}
-
 std::shared_ptr<redis_connection> redis_connection::create(asio::any_io_executor ex, redis_connection_options o,
                                                            std::shared_ptr<redis_counters> counters) {
     return std::shared_ptr<redis_connection>(new redis_connection(std::move(ex), std::move(o), std::move(counters)));

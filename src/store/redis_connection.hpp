@@ -37,6 +37,7 @@
 #include "store/redis_pipeline.hpp"
 #include "store/redis_sentinel.hpp"
 #include "store/redis_stream.hpp"
+#include "store/redis_transport.hpp"
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
@@ -54,20 +55,11 @@
 
 namespace sluice::store {
 
-// Counters of one worker's Redis connection and store, written by that worker only and
-// readable from any thread (the metrics registry sums them).
-using metrics::redis_counters;
-
-class redis_connection : public std::enable_shared_from_this<redis_connection> {
+class redis_connection final : public redis_transport, public std::enable_shared_from_this<redis_connection> {
 public:
-    enum class error { none, not_ready, overloaded, timeout, connection_lost, stopped };
-    static const char* to_string(error e);
-
-    struct result {
-        error failure = error::none;
-        reply_ptr reply;  // when failure == none: the reply (possibly an error reply)
-        bool ok() const { return failure == error::none; }
-    };
+    using error = redis_error;
+    using result = redis_result;
+    static const char* to_string(error e) { return store::to_string(e); }
 
     // `counters` is shared: the connection may outlive its owner while it winds down.
     static std::shared_ptr<redis_connection> create(boost::asio::any_io_executor ex, redis_connection_options o,
@@ -77,9 +69,16 @@ public:
     redis_connection& operator=(const redis_connection&) = delete;
 
     // Begins connecting (in the background). Once.
-    void start();
+    void start() override;
     // Closes the connection and fails every outstanding call; no reconnect after it.
-    void stop();
+    void stop() override;
+
+    // The transport: every request in one call (slot 0); `slot` is not looked at.
+    std::optional<std::uint16_t> slot_of(const limit::check_request&, std::string_view) const override { return 0; }
+    boost::asio::awaitable<result> call(std::uint16_t, std::string command, bool evalsha,
+                                        redis_clock::time_point deadline) override {
+        return call_formatted(std::move(command), evalsha, false, deadline);
+    }
 
     // Sends one command. resend_on_noscript: it is an EVALSHA of options.script. asking:
     // ASKING goes just before it (Redis Cluster, a slot being migrated here).
@@ -94,7 +93,8 @@ public:
                                                   std::optional<redis_clock::time_point> deadline = std::nullopt);
 
     // Connected and the handshake (script included) done. Any thread.
-    bool ready() const { return ready_.load(std::memory_order_acquire); }
+    bool ready() const override { return ready_.load(std::memory_order_acquire); }
+    bool usable() const override { return ready(); }
     // The SHA1 of options.script as Redis reported it; "" before the first connect.
     const std::string& script_sha() const { return pipeline_.script_sha(); }
     std::size_t outstanding() const { return pipeline_.outstanding(); }
