@@ -67,8 +67,8 @@ public:
                                                       redis_clock::time_point deadline) = 0;
 };
 
-// The transport store.type asks for: one node (or Sentinel's primary) for redis, the Cluster
-// reached through `o`'s seeds for redis-cluster. Not started.
+// The transport store.type asks for: one node (or Sentinel's primary) for redis; for
+// redis-cluster, the Cluster whose seeds are store.redis.nodes. Not started.
 std::shared_ptr<redis_transport> make_transport(boost::asio::any_io_executor ex, const config::store_config& c,
                                                 redis_connection_options o, std::shared_ptr<redis_counters> counters);
 
