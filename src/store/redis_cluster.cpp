@@ -1,5 +1,7 @@
 #include "store/redis_cluster.hpp"
 
+#include "store/redis_script.hpp"
+
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -74,17 +76,21 @@ void redis_cluster::want_refresh() {
     wake_.cancel();
 }
 
-awaitable<redis_connection::result> redis_cluster::call_formatted(std::uint16_t slot, std::string command,
-                                                                  bool resend_on_noscript,
-                                                                  redis_clock::time_point deadline) {
+std::optional<std::uint16_t> redis_cluster::slot_of(const limit::check_request& r, std::string_view key_prefix) const {
+    if (r.keys.size() != 1) return std::nullopt;
+    return cluster::key_slot(redis_script::key_name(key_prefix, r.keys[0]));
+}
+
+awaitable<redis_result> redis_cluster::call(std::uint16_t slot, std::string command, bool resend_on_noscript,
+                                            redis_clock::time_point deadline) {
     std::int16_t asked = -1;  // after ASK: the node to ask
-    redis_connection::result res{redis_connection::error::not_ready, nullptr};
+    redis_result res{redis_error::not_ready, nullptr};
     for (int attempt = 0; attempt <= max_redirects; ++attempt) {
-        if (stopped_) co_return redis_connection::result{redis_connection::error::stopped, nullptr};
+        if (stopped_) co_return redis_result{redis_error::stopped, nullptr};
         const std::int16_t at = asked >= 0 ? asked : slots_[slot];
         if (at < 0) {
             want_refresh();
-            co_return redis_connection::result{redis_connection::error::not_ready, nullptr};
+            co_return redis_result{redis_error::not_ready, nullptr};
         }
         auto conn = nodes_[static_cast<std::size_t>(at)].conn;
         res = co_await conn->call_formatted(command, resend_on_noscript, asked >= 0, deadline);
@@ -152,7 +158,7 @@ awaitable<void> redis_cluster::refresh() {
     auto ranges = res.ok() ? cluster::parse_slots(res.reply.get(), via_host) : std::nullopt;
     if (!ranges || ranges->empty()) {
         spdlog::warn("redis cluster: no slot map from {} ({})", via_host,
-                     res.ok() ? "not a CLUSTER SLOTS reply" : redis_connection::to_string(res.failure));
+                     res.ok() ? "not a CLUSTER SLOTS reply" : to_string(res.failure));
         refresh_wanted_ = true;
         co_return;
     }

@@ -3,11 +3,11 @@
 // the routing of a command to the node that serves its slot.
 //
 // Contract:
-//  - call() sends one command for one slot (call_formatted: one written as RESP, every key of
-//    it in that slot) and answers by `deadline`, after following redirections: MOVED
-//    updates the map and resends (the command did not run there); ASK resends once to the
-//    target, after ASKING; three redirections at most. Any other reply, TRYAGAIN and
-//    CLUSTERDOWN included, is the caller's.
+//  - call() sends one command for one slot (in RESP, every key of it in that slot) and
+//    answers by `deadline`, after following redirections: MOVED updates the map and resends
+//    (the command did not run there); ASK resends once to the target, after ASKING; three
+//    redirections at most. Any other reply, TRYAGAIN and CLUSTERDOWN included, is the
+//    caller's.
 //  - The map is read (CLUSTER SLOTS, from any connected node, else from the seeds) at
 //    start, every 5 s, and soon after a MOVED or a failed call (at most every 200 ms).
 //  - Connections are never closed before stop(): a demoted or lost node reconnects in the
@@ -19,6 +19,7 @@
 
 #include "store/cluster_slots.hpp"
 #include "store/redis_connection.hpp"
+#include "store/redis_transport.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 
@@ -29,7 +30,7 @@
 
 namespace sluice::store {
 
-class redis_cluster : public std::enable_shared_from_this<redis_cluster> {
+class redis_cluster final : public redis_transport, public std::enable_shared_from_this<redis_cluster> {
 public:
     // `base`: the options of every node's connection (host and port are replaced).
     static std::shared_ptr<redis_cluster> create(boost::asio::any_io_executor ex, redis_connection_options base,
@@ -38,21 +39,19 @@ public:
     redis_cluster(const redis_cluster&) = delete;
     redis_cluster& operator=(const redis_cluster&) = delete;
 
-    void start();
-    void stop();
+    void start() override;
+    void stop() override;
 
-    boost::asio::awaitable<redis_connection::result> call(std::uint16_t slot, const std::vector<std::string>& argv,
-                                                          bool resend_on_noscript, redis_clock::time_point deadline) {
-        return call_formatted(slot, format_command(argv), resend_on_noscript, deadline);
-    }
-    boost::asio::awaitable<redis_connection::result> call_formatted(std::uint16_t slot, std::string command,
-                                                                    bool resend_on_noscript,
-                                                                    redis_clock::time_point deadline);
+    // A request of one identifier: the slot of its HASH's hash tag; of several: nullopt (one
+    // call per identifier, each in its own slot).
+    std::optional<std::uint16_t> slot_of(const limit::check_request& r, std::string_view key_prefix) const override;
+    boost::asio::awaitable<redis_result> call(std::uint16_t slot, std::string command, bool evalsha,
+                                              redis_clock::time_point deadline) override;
 
     // Every slot has a node and every such node's connection is ready. Any thread.
-    bool ready() const { return ready_.load(std::memory_order_acquire); }
+    bool ready() const override { return ready_.load(std::memory_order_acquire); }
     // A slot map is known (calls may succeed). Any thread.
-    bool usable() const { return usable_.load(std::memory_order_acquire); }
+    bool usable() const override { return usable_.load(std::memory_order_acquire); }
 
 private:
     struct node {

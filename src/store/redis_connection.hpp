@@ -3,8 +3,9 @@
 // Every request of the worker shares it: call() queues a command and waits for its own
 // reply; one writer sends everything queued in one write; replies resolve the callers in
 // order. The decisions (timeouts, tombstones, the in-flight cap, NOSCRIPT resends, when
-// to rebuild) are redis_pipeline's; this class owns the socket, the timers and the
-// reconnect loop. Asio owns the TCP socket; hiredis only formats and parses.
+// to rebuild) are redis_pipeline's; the bytes go through redis_stream (TCP or TLS); the
+// primary of a Sentinel deployment comes from redis_sentinel. This class owns the waiters,
+// the timers and the reconnect loop. Asio owns the socket; hiredis only formats and parses.
 //
 // Contract:
 //  - call() answers by its deadline (options.timeout) at the latest, and at once while
@@ -32,14 +33,15 @@
 
 #include "config/config.hpp"
 #include "metrics/metrics.hpp"
+#include "store/redis_options.hpp"
 #include "store/redis_pipeline.hpp"
+#include "store/redis_sentinel.hpp"
+#include "store/redis_stream.hpp"
+#include "store/redis_transport.hpp"
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/ssl/context.hpp>
-#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <atomic>
@@ -53,50 +55,11 @@
 
 namespace sluice::store {
 
-// Counters of one worker's Redis connection and store, written by that worker only and
-// readable from any thread (the metrics registry sums them).
-using metrics::redis_counters;
-
-struct redis_connection_options {
-    std::string host = "127.0.0.1";
-    std::uint16_t port = 6379;
-    std::string username;  // "" = default user
-    std::string password;  // "" = no AUTH
-    unsigned database = 0;
-    redis_clock::duration timeout = std::chrono::milliseconds(50);    // per call
-    redis_clock::duration connect_timeout = std::chrono::seconds(1);  // TCP connect, then handshake
-    std::size_t max_in_flight = 1024;
-    redis_clock::duration backoff_first = std::chrono::milliseconds(50);
-    redis_clock::duration backoff_max = std::chrono::seconds(1);  // docs/redis.md promises a second
-    std::string script;                              // loaded on every connect and after NOSCRIPT; "" = none
-    std::shared_ptr<boost::asio::ssl::context> tls;  // null = plain TCP; shared, only read
-    std::string tls_server_name;                     // "" = the host connected to
-    std::string sentinel_master;
-    std::vector<config::host_port> sentinels;  // non-empty: the primary comes from them
-
-    // From store.redis.*: the first node, the password read from the environment variable
-    // named by password_env (unset or empty: no AUTH), TLS and Sentinel. With store.redis.tls
-    // and no `tls` given, the context is built here (make_tls_context, which may throw).
-    static redis_connection_options from(const config::store_config& c, std::string script,
-                                         std::shared_ptr<boost::asio::ssl::context> tls = nullptr);
-    // How long the oldest outstanding command may wait before the connection is rebuilt.
-    redis_clock::duration stall_after() const;
-};
-
-// The client TLS context of store.redis.tls: peer verification against ca_file, the client
-// certificate if given. Throws std::runtime_error naming the file that did not load.
-std::shared_ptr<boost::asio::ssl::context> make_tls_context(const config::redis_tls_config& c);
-
-class redis_connection : public std::enable_shared_from_this<redis_connection> {
+class redis_connection final : public redis_transport, public std::enable_shared_from_this<redis_connection> {
 public:
-    enum class error { none, not_ready, overloaded, timeout, connection_lost, stopped };
-    static const char* to_string(error e);
-
-    struct result {
-        error failure = error::none;
-        reply_ptr reply;  // when failure == none: the reply (possibly an error reply)
-        bool ok() const { return failure == error::none; }
-    };
+    using error = redis_error;
+    using result = redis_result;
+    static const char* to_string(error e) { return store::to_string(e); }
 
     // `counters` is shared: the connection may outlive its owner while it winds down.
     static std::shared_ptr<redis_connection> create(boost::asio::any_io_executor ex, redis_connection_options o,
@@ -106,9 +69,16 @@ public:
     redis_connection& operator=(const redis_connection&) = delete;
 
     // Begins connecting (in the background). Once.
-    void start();
+    void start() override;
     // Closes the connection and fails every outstanding call; no reconnect after it.
-    void stop();
+    void stop() override;
+
+    // The transport: every request in one call (slot 0); `slot` is not looked at.
+    std::optional<std::uint16_t> slot_of(const limit::check_request&, std::string_view) const override { return 0; }
+    boost::asio::awaitable<result> call(std::uint16_t, std::string command, bool evalsha,
+                                        redis_clock::time_point deadline) override {
+        return call_formatted(std::move(command), evalsha, false, deadline);
+    }
 
     // Sends one command. resend_on_noscript: it is an EVALSHA of options.script. asking:
     // ASKING goes just before it (Redis Cluster, a slot being migrated here).
@@ -123,7 +93,8 @@ public:
                                                   std::optional<redis_clock::time_point> deadline = std::nullopt);
 
     // Connected and the handshake (script included) done. Any thread.
-    bool ready() const { return ready_.load(std::memory_order_acquire); }
+    bool ready() const override { return ready_.load(std::memory_order_acquire); }
+    bool usable() const override { return ready(); }
     // The SHA1 of options.script as Redis reported it; "" before the first connect.
     const std::string& script_sha() const { return pipeline_.script_sha(); }
     std::size_t outstanding() const { return pipeline_.outstanding(); }
@@ -137,26 +108,12 @@ private:
     redis_connection(boost::asio::any_io_executor ex, redis_connection_options o,
                      std::shared_ptr<redis_counters> counters);
 
-    using tls_stream = boost::asio::ssl::stream<boost::asio::ip::tcp::socket&>;
-
     boost::asio::awaitable<void> run(std::shared_ptr<redis_connection> self);
     boost::asio::awaitable<bool> connect_socket();
-    // Resolves and connects `s`, then with TLS makes `tls` over it and shakes hands, all
-    // before `timer` (armed by the caller) expires.
-    boost::asio::awaitable<boost::system::error_code> open_stream(boost::asio::ip::tcp::socket& s,
-                                                                  std::unique_ptr<tls_stream>& tls,
-                                                                  const std::string& host, std::uint16_t port,
-                                                                  boost::asio::steady_timer& timer);
-    // One command on a connection of its own, within connect_timeout: the reply or null.
-    boost::asio::awaitable<reply_ptr> ask_once(const config::host_port& to, std::vector<std::string> argv);
-    // Asks the sentinels in order; sets host_ and port_ from the first that names a primary.
-    boost::asio::awaitable<bool> find_primary();
     void note_failure(const std::string& what);
-    // The +switch-master subscription, on one sentinel after another while not stopped.
+    // The +switch-master subscription (with sentinels), until stop().
     boost::asio::awaitable<void> watch_switches(std::shared_ptr<redis_connection> self);
-    // Reads the subscription until its connection ends.
-    boost::asio::awaitable<void> read_switches();
-    void on_switch(std::string_view message);
+    void on_switch(config::host_port primary);
     boost::asio::awaitable<void> serve();
     boost::asio::awaitable<void> read_loop();
     boost::asio::awaitable<void> write_loop();
@@ -175,8 +132,8 @@ private:
     std::shared_ptr<redis_counters> counters_;
     redis_pipeline pipeline_;
     reply_reader reader_;
-    boost::asio::ip::tcp::socket socket_;
-    std::unique_ptr<tls_stream> tls_;               // over socket_, made afresh for each connection
+    redis_stream stream_;
+    std::unique_ptr<redis_sentinel> sentinel_;      // with options.sentinels
     std::string host_;                              // where this connection goes (a sentinel may change it)
     std::optional<config::host_port> switched_to_;  // the primary a +switch-master named, not yet used
     std::uint16_t port_ = 0;
@@ -184,9 +141,6 @@ private:
     boost::asio::steady_timer writer_wake_;  // condition variable of the idle writer
     boost::asio::steady_timer deadline_;     // the earliest deadline of the pipeline
     boost::asio::steady_timer backoff_timer_;
-    boost::asio::ip::tcp::socket watch_socket_;  // the +switch-master subscription
-    std::unique_ptr<tls_stream> watch_tls_;
-    boost::asio::steady_timer watch_timer_;  // the pause between two subscriptions
     redis_clock::time_point deadline_armed_ = redis_clock::time_point::max();
     std::unordered_map<redis_pipeline::id, waiter> waiters_;
     std::vector<redis_pipeline::id> expired_;  // reused by the deadline loop

@@ -475,7 +475,7 @@ routes:
 
 }  // namespace
 
-TEST_CASE("the DESIGN.md example: tiers and their defaults") {
+TEST_CASE("an example policy: tiers and their defaults") {
     auto c = cfg::load_string(design_example, "design.yaml");
     REQUIRE(c->policies.size() == 3);
 
