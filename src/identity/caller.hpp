@@ -38,9 +38,8 @@ struct caller {
     // request's route is limited and the client is not allow-listed.
     std::string user;
     std::string plan;
-    // Room for the kinds to come (a certificate's name, header values, claims); nothing fills them yet:
-    // a verified client certificate's chosen name, configured headers' values and JWT
-    // claims, each as (name, value).
+    // Room for the kinds to come; nothing fills them yet: a verified client certificate's
+    // chosen name, configured headers' values and JWT claims, each as (name, value).
     std::string certificate;
     std::vector<std::pair<std::string, std::string>> headers;
     std::vector<std::pair<std::string, std::string>> claims;
