@@ -10,7 +10,6 @@ namespace sluice::limit {
 namespace {
 
 // The identifier's kind as the stores tag it in their keys (store_key::kind).
-char store_tag(identity::kind k) { return k == identity::kind::user ? 'u' : 'i'; }
 
 }  // namespace
 
@@ -49,7 +48,7 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
                 ctx.hasher.hash(to_string(identity::kind::ip), identity::ip_identifier(who.client, ctx.ipv6_prefix));
         }
         kinds_[n] = identity::kind::ip;
-        keys_[n++] = {store_tag(identity::kind::ip), cached_ip_, p.ip};
+        keys_[n++] = {identity::kind::ip, cached_ip_, p.ip};
     }
     if (!who.user.empty()) {
         std::span<const tier> tiers = p.user;
@@ -75,7 +74,7 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
                 cached_user_hash_ = ctx.hasher.hash(to_string(identity::kind::user), who.user);
             }
             kinds_[n] = identity::kind::user;
-            keys_[n++] = {store_tag(identity::kind::user), cached_user_hash_, tiers};
+            keys_[n++] = {identity::kind::user, cached_user_hash_, tiers};
         }
     }
     request_ = {std::span(keys_.data(), n), cost, p.count_rejected, 0};

@@ -9,6 +9,7 @@
 // handles is shared and locks internally.
 #pragma once
 
+#include "identity/kind.hpp"
 #include "limit/decide.hpp"
 
 #include <boost/asio/awaitable.hpp>
@@ -24,7 +25,7 @@ namespace sluice::limit {
 using digest = std::array<std::uint8_t, 16>;  // a keyed hash of an identifier
 
 struct store_key {
-    char kind = 'i';  // 'i' client address, 'u' user
+    identity::kind kind = identity::kind::ip;
     digest id{};
     std::span<const tier> tiers;
 };

@@ -17,7 +17,7 @@ std::size_t memory_store::map_hash::operator()(const map_key& k) const {
     // The id is already a keyed hash: any 8 of its bytes are uniformly spread.
     std::size_t h;
     std::memcpy(&h, k.id.data(), sizeof h);
-    return h ^ static_cast<unsigned char>(k.kind);
+    return h ^ static_cast<std::size_t>(k.kind);
 }
 
 std::size_t memory_store::stripe_of(const limit::digest& id) {

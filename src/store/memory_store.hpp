@@ -45,7 +45,7 @@ public:
 private:
     struct map_key {
         limit::digest id;
-        char kind;
+        identity::kind kind;
         bool operator==(const map_key&) const = default;
     };
     struct map_hash {

@@ -1,5 +1,6 @@
 #include "store/redis_cluster.hpp"
 
+#include "base/async.hpp"
 #include "store/redis_script.hpp"
 
 #include <spdlog/spdlog.h>
@@ -16,7 +17,7 @@ using asio::awaitable;
 
 namespace {
 
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+using base::use_tuple;
 constexpr auto tick = std::chrono::milliseconds(100);
 constexpr auto refresh_min_gap = std::chrono::milliseconds(200);
 constexpr auto refresh_period = std::chrono::seconds(5);

@@ -1,5 +1,8 @@
 #include "store/redis_connection.hpp"
 
+#include "base/async.hpp"
+#include "base/units.hpp"
+
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/async_result.hpp>
@@ -16,17 +19,8 @@ using boost::system::error_code;
 
 namespace {
 
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-constexpr std::size_t read_chunk = std::size_t{16} * 1024;
-
-void report(const std::exception_ptr& e) {
-    if (!e) return;
-    try {
-        std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-        spdlog::error("redis connection ended by an unexpected exception: {}", ex.what());
-    }
-}
+using base::use_tuple;
+constexpr std::size_t read_chunk = 16 * base::KiB;
 
 // Not formatted inside a coroutine: GCC 12 mishandles a braced list there.
 const std::string& asking_command() {
@@ -62,8 +56,8 @@ redis_connection::~redis_connection() = default;
 void redis_connection::start() {
     if (started_) return;
     started_ = true;
-    asio::co_spawn(ex_, run(shared_from_this()), report);
-    if (sentinel_) asio::co_spawn(ex_, watch_switches(shared_from_this()), report);
+    asio::co_spawn(ex_, run(shared_from_this()), base::log_exception("redis connection"));
+    if (sentinel_) asio::co_spawn(ex_, watch_switches(shared_from_this()), base::log_exception("redis sentinel watch"));
 }
 
 void redis_connection::stop() {

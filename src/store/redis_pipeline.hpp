@@ -143,7 +143,6 @@ public:
     batch take_batch(time_point now);
     void write_done();
     bool writing() const { return writing_; }
-    bool has_queued() const { return !queue_.empty(); }
 
     struct reply_event {
         enum class kind {

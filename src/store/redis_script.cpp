@@ -1,5 +1,7 @@
 #include "store/redis_script.hpp"
 
+#include "base/text.hpp"
+
 #include <boost/container/small_vector.hpp>
 
 #include <algorithm>
@@ -54,21 +56,13 @@ limit::check_result failure(std::string message) {
 }
 
 std::string key_name(std::string_view key_prefix, const limit::store_key& k) {
-    static constexpr char hex[] = "0123456789abcdef";
     std::string name;
     name.reserve(key_prefix.size() + 8 + 2 * k.id.size());
     name.append(key_prefix);
     name += '{';
-    switch (k.kind) {
-        case 'i': name += "ip"; break;
-        case 'u': name += "user"; break;
-        default: name += k.kind; break;
-    }
+    name += identity::to_string(k.kind);
     name += ':';
-    for (std::uint8_t b : k.id) {
-        name += hex[b >> 4];
-        name += hex[b & 0xf];
-    }
+    base::append_hex(name, k.id);
     name += '}';
     return name;
 }
@@ -392,11 +386,6 @@ void parse_batch_reply(const redisReply* reply, std::span<const limit::check_req
         else
             out.push_back(failure("malformed reply: not a list of the batch's replies"));
     }
-}
-
-bool is_noscript(const redisReply* reply) {
-    if (!reply || reply->type != REDIS_REPLY_ERROR || !reply->str) return false;
-    return std::string_view(reply->str, reply->len).starts_with("NOSCRIPT");
 }
 
 }  // namespace sluice::store::redis_script

@@ -97,10 +97,7 @@ void build_undo(std::vector<std::string>& argv, std::string_view sha, std::strin
 // A check that failed (status::error), for logs and metrics `message`.
 limit::check_result failure(std::string message);
 
-// An error reply starting with "NOSCRIPT": the script was not run; load it and resend.
-bool is_noscript(const redisReply* reply);
-
-// "<prefix>{ip:<32 hex>}" for kind 'i', "<prefix>{user:<32 hex>}" for 'u'.
+// "<prefix>{ip:<32 hex>}" or "<prefix>{user:<32 hex>}", by the identifier's kind.
 std::string key_name(std::string_view key_prefix, const limit::store_key& k);
 
 // key_name(...) + ":log:" + tier id: the ZSET of a log tier (same cluster slot).

@@ -1,5 +1,7 @@
 #include "store/redis_sentinel.hpp"
 
+#include "base/async.hpp"
+
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -61,7 +63,7 @@ std::optional<config::host_port> parse_switch_message(const redisReply* r, std::
 
 namespace {
 
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+using base::use_tuple;
 
 // Outside the coroutines: GCC 12 mishandles a braced list of literals inside one.
 std::string subscribe_command() { return format_command({"SUBSCRIBE", "+switch-master"}); }

@@ -1,5 +1,6 @@
 #include "store/redis_store.hpp"
 
+#include "base/text.hpp"
 #include "store/cluster_split.hpp"
 #include "store/redis_script.hpp"
 
@@ -24,12 +25,8 @@ std::string script_sha1(const std::string& script) {
     unsigned int len = 0;
     if (EVP_Digest(script.data(), script.size(), md, &len, EVP_sha1(), nullptr) != 1)
         throw std::runtime_error("SHA1 unavailable");
-    static constexpr char digits[] = "0123456789abcdef";
     std::string out;
-    for (unsigned i = 0; i < len; ++i) {
-        out += digits[md[i] >> 4];
-        out += digits[md[i] & 0xf];
-    }
+    base::append_hex(out, std::span<const unsigned char>(md, len));
     return out;
 }
 

@@ -1,5 +1,7 @@
 #include "store/redis_stream.hpp"
 
+#include "base/async.hpp"
+
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
@@ -21,7 +23,7 @@ using boost::system::error_code;
 
 namespace {
 
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+using base::use_tuple;
 
 }  // namespace
 

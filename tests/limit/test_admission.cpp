@@ -121,7 +121,7 @@ TEST_CASE("admission::prepare: ip tiers only: one key, the keyed hash of the cli
     const auto& r = a.request();
     CHECK(r.cost == 3);
     REQUIRE(r.keys.size() == 1);
-    CHECK(r.keys[0].kind == 'i');
+    CHECK(r.keys[0].kind == sluice::identity::kind::ip);
     CHECK(r.keys[0].id == s.ip_hash("192.0.2.7"));
     CHECK(r.keys[0].tiers.data() == p.ip.data());
     CHECK(r.keys[0].tiers.size() == p.ip.size());
@@ -154,9 +154,9 @@ TEST_CASE("admission::prepare: a user from an API key adds a user key after the 
     REQUIRE(a.prepare(s.ctx, p, 1, caller_at("192.0.2.7", "key:k1"), out));
     auto keys = a.request().keys;
     REQUIRE(keys.size() == 2);
-    CHECK(keys[0].kind == 'i');
+    CHECK(keys[0].kind == sluice::identity::kind::ip);
     CHECK(keys[0].id == s.ip_hash("192.0.2.7"));
-    CHECK(keys[1].kind == 'u');
+    CHECK(keys[1].kind == sluice::identity::kind::user);
     CHECK(keys[1].id == s.hasher.hash("user", "key:k1"));
     CHECK(keys[1].tiers.data() == p.user.data());
     CHECK(out.id_kind == identity::kind::user);  // the access log names the user
@@ -183,7 +183,7 @@ TEST_CASE("admission::prepare: a user from an API key adds a user key after the 
     outcome u;
     REQUIRE(a.prepare(s.ctx, user_only, 1, caller_at("192.0.2.7", "key:k1"), u));
     REQUIRE(a.request().keys.size() == 1);
-    CHECK(a.request().keys[0].kind == 'u');
+    CHECK(a.request().keys[0].kind == sluice::identity::kind::user);
     CHECK(a.request().keys[0].id == s.hasher.hash("user", "key:k1"));
 }
 

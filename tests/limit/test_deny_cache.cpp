@@ -22,7 +22,7 @@ struct deny_fixture {
         tiers[1].key = 22;
         tiers[1].id = "p/ip/fixed/1m/1m";
         keys.resize(1);
-        keys[0].kind = 'i';
+        keys[0].kind = sluice::identity::kind::ip;
         keys[0].id[0] = 7;
         keys[0].tiers = tiers;
     }

@@ -70,7 +70,7 @@ struct fixture {
     fallback_state state{2};
     fallback_store a{shared, local, state, std::chrono::seconds(0)};
     std::vector<limit::tier> tiers{hourly(10)};
-    limit::store_key key{'i', {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, tiers};
+    limit::store_key key{sluice::identity::kind::ip, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, tiers};
 
     limit::check_result ask(fallback_store& s) {
         auto r = s.try_check({std::span(&key, 1), 1});

@@ -76,7 +76,8 @@ std::int64_t remaining_of(const limit::decision& d, std::size_t k) {
 TEST_CASE("memory store: a limit is enforced per identifier, and a new window admits again") {
     clocked_store s(1000);
     const std::vector<limit::tier> ip{fixed_tier("ip", 3, 1000)};
-    const limit::store_key a{'i', id_in(1, 1), ip}, b{'i', id_in(1, 2), ip};
+    const limit::store_key a{sluice::identity::kind::ip, id_in(1, 1), ip},
+        b{sluice::identity::kind::ip, id_in(1, 2), ip};
 
     for (int i = 0; i < 3; ++i) {
         auto d = s.check({a});
@@ -92,7 +93,7 @@ TEST_CASE("memory store: a limit is enforced per identifier, and a new window ad
     CHECK(s.check({b}).allowed);
     CHECK_FALSE(s.check({b}).allowed);
     // The same digest under the other kind is another identifier too.
-    const limit::store_key a_as_user{'u', a.id, ip};
+    const limit::store_key a_as_user{sluice::identity::kind::user, a.id, ip};
     CHECK(s.check({a_as_user}).allowed);
     CHECK(s.store.keys_held() == 3);
 
@@ -105,8 +106,10 @@ TEST_CASE("memory store: a request's ip and user keys are decided together: one 
         CAPTURE(same_stripe);
         clocked_store s(1000);
         const std::vector<limit::tier> ip{fixed_tier("ip", 5, 60'000)}, user{fixed_tier("user", 2, 60'000)};
-        const limit::store_key ip1{'i', id_in(3, 1), ip}, ip2{'i', id_in(same_stripe ? 3 : 40, 2), ip};
-        const limit::store_key u1{'u', id_in(same_stripe ? 3 : 9, 1), user}, u2{'u', id_in(17, 2), user};
+        const limit::store_key ip1{sluice::identity::kind::ip, id_in(3, 1), ip},
+            ip2{sluice::identity::kind::ip, id_in(same_stripe ? 3 : 40, 2), ip};
+        const limit::store_key u1{sluice::identity::kind::user, id_in(same_stripe ? 3 : 9, 1), user},
+            u2{sluice::identity::kind::user, id_in(17, 2), user};
 
         CHECK(s.check({ip1, u1}).allowed);
         CHECK(s.check({ip1, u1}).allowed);
@@ -123,7 +126,8 @@ TEST_CASE("memory store: a request's ip and user keys are decided together: one 
 
         // The other way round: the address is out, so the user is not charged.
         const std::vector<limit::tier> tight_ip{fixed_tier("ip", 1, 60'000)};
-        const limit::store_key ip_once{'i', ip2.id, tight_ip}, fresh_user{'u', id_in(same_stripe ? 3 : 50, 3), user};
+        const limit::store_key ip_once{sluice::identity::kind::ip, ip2.id, tight_ip},
+            fresh_user{sluice::identity::kind::user, id_in(same_stripe ? 3 : 50, 3), user};
         CHECK(s.check({ip_once}).allowed);
         CHECK_FALSE(s.check({ip_once, fresh_user}).allowed);
         CHECK_FALSE(s.check({ip_once, fresh_user}).allowed);
@@ -136,8 +140,9 @@ TEST_CASE("memory store: a request's ip and user keys are decided together: one 
 TEST_CASE("memory store: beyond max_keys / 64 identifiers in a stripe, the least recently used is evicted") {
     clocked_store s(2 * memory_store::stripe_count);  // two identifiers per stripe
     const std::vector<limit::tier> ip{fixed_tier("ip", 1, 60'000)};
-    const limit::store_key k1{'i', id_in(5, 1), ip}, k2{'i', id_in(5, 2), ip}, k3{'i', id_in(5, 3), ip};
-    const limit::store_key elsewhere{'i', id_in(6, 1), ip};
+    const limit::store_key k1{sluice::identity::kind::ip, id_in(5, 1), ip},
+        k2{sluice::identity::kind::ip, id_in(5, 2), ip}, k3{sluice::identity::kind::ip, id_in(5, 3), ip};
+    const limit::store_key elsewhere{sluice::identity::kind::ip, id_in(6, 1), ip};
 
     CHECK(s.check({k1}).allowed);
     CHECK(s.check({k2}).allowed);
@@ -168,13 +173,13 @@ TEST_CASE("memory store: beyond max_keys / 64 identifiers in a stripe, the least
 TEST_CASE("memory store: an identifier first seen on a denied request is not kept") {
     clocked_store s(1000);
     const std::vector<limit::tier> ip{fixed_tier("ip", 10, 60'000)}, user{fixed_tier("user", 1, 60'000)};
-    const limit::store_key u{'u', id_in(7, 1), user};
-    CHECK(s.check({{'i', id_in(7, 100), ip}, u}).allowed);
+    const limit::store_key u{sluice::identity::kind::user, id_in(7, 1), user};
+    CHECK(s.check({{sluice::identity::kind::ip, id_in(7, 100), ip}, u}).allowed);
     CHECK(s.store.keys_held() == 2);
 
     // The user is out; every request comes from a new address (both stripes' and others').
     for (std::uint32_t n = 0; n < 200; ++n) {
-        const limit::store_key fresh{'i', id_in(n % memory_store::stripe_count, 1000 + n), ip};
+        const limit::store_key fresh{sluice::identity::kind::ip, id_in(n % memory_store::stripe_count, 1000 + n), ip};
         CHECK_FALSE(s.check({fresh, u}).allowed);
     }
     CHECK(s.store.keys_held() == 2);
@@ -184,8 +189,8 @@ TEST_CASE("memory store: an identifier first seen on a denied request is not kep
 TEST_CASE("memory store: collect_expired() drops identifiers whose windows have passed, with no new request") {
     clocked_store s(1000);
     const std::vector<limit::tier> second{fixed_tier("ip", 5, 1000)}, minute{fixed_tier("ip", 5, 60'000)};
-    for (std::uint32_t n = 0; n < 20; ++n) CHECK(s.check({{'i', id_in(n, n), second}}).allowed);
-    CHECK(s.check({{'u', id_in(30, 1), minute}}).allowed);
+    for (std::uint32_t n = 0; n < 20; ++n) CHECK(s.check({{sluice::identity::kind::ip, id_in(n, n), second}}).allowed);
+    CHECK(s.check({{sluice::identity::kind::user, id_in(30, 1), minute}}).allowed);
     CHECK(s.store.keys_held() == 21);
 
     s.now = T0 + SEC - 1;  // the 1 s windows have not yet passed
@@ -209,9 +214,10 @@ TEST_CASE("memory store: concurrent checks on shared keys admit exactly the limi
     const std::vector<limit::tier> ip{fixed_tier("ip", ip_limit, 60'000)}, user{fixed_tier("user", user_limit, 60'000)};
     // One address shares the user's stripe, the others do not: both lock paths are taken. The
     // limits leave most checks contested: 8000 checks, 4000 admitted.
-    const std::array<limit::store_key, addresses> ips{
-        limit::store_key{'i', id_in(11, 1), ip}, {'i', id_in(12, 2), ip}, {'i', id_in(13, 3), ip}};
-    const limit::store_key u{'u', id_in(11, 9), user};
+    const std::array<limit::store_key, addresses> ips{limit::store_key{sluice::identity::kind::ip, id_in(11, 1), ip},
+                                                      {sluice::identity::kind::ip, id_in(12, 2), ip},
+                                                      {sluice::identity::kind::ip, id_in(13, 3), ip}};
+    const limit::store_key u{sluice::identity::kind::user, id_in(11, 9), user};
 
     std::atomic<std::int64_t> admitted{0}, errors{0};
     std::array<std::atomic<std::int64_t>, addresses> per_ip{};
@@ -267,7 +273,8 @@ TEST_CASE("memory store: a lease renewed is a use: an identifier with requests i
     c.per = config::duration{30'000};
     const std::vector<limit::tier> slots{limit::tier::from(c, "mem/ip/concurrency", "ip-concurrency")};
     const std::vector<limit::tier> ip{fixed_tier("ip", 5, 60'000)};
-    const limit::store_key busy{'i', id_in(7, 1), slots}, other{'i', id_in(7, 2), ip}, next{'i', id_in(7, 3), ip};
+    const limit::store_key busy{sluice::identity::kind::ip, id_in(7, 1), slots},
+        other{sluice::identity::kind::ip, id_in(7, 2), ip}, next{sluice::identity::kind::ip, id_in(7, 3), ip};
     const std::vector<limit::store_key> held{busy};
 
     auto taken = s.store.try_check({held, 1, false, 42});

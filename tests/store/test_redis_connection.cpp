@@ -450,7 +450,7 @@ TEST_CASE("redis_store: decisions, the deny cache, and NOSCRIPT after SCRIPT FLU
 
     std::vector<sluice::limit::tier> tiers{fixed_tier(2)};
     std::vector<sluice::limit::store_key> keys(1);
-    keys[0].kind = 'i';
+    keys[0].kind = sluice::identity::kind::ip;
     keys[0].id[0] = 42;
     keys[0].tiers = tiers;
     sluice::limit::check_request req{keys, 1};

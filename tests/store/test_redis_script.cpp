@@ -673,12 +673,12 @@ void run_trace(harness& h, std::mt19937_64& rng, const mix& m, std::size_t count
         } else {
             const auto& p = policies[static_cast<std::size_t>(pick(0, 1))];
             keys.clear();
-            keys.push_back({'i', digest_of(static_cast<unsigned>(pick(0, 2))), p.ip});
+            keys.push_back({sluice::identity::kind::ip, digest_of(static_cast<unsigned>(pick(0, 2))), p.ip});
             if (!p.user.empty() && pick(1, 100) <= 70)
-                keys.push_back({'u', digest_of(static_cast<unsigned>(pick(0, 1))), p.user});
+                keys.push_back({sluice::identity::kind::user, digest_of(static_cast<unsigned>(pick(0, 1))), p.user});
             if (pick(1, 100) <= 15) {
                 const auto other = (keys[0].id[0] == digest_of(0)[0]) ? digest_of(1) : digest_of(0);
-                keys.push_back({'i', other, p.ip});
+                keys.push_back({sluice::identity::kind::ip, other, p.ip});
             }
             const std::int64_t mc = max_cost(p);
             cost = pick(1, 100) <= 60 ? 1 : pick(1, mc);
@@ -714,10 +714,10 @@ void run_trace(harness& h, std::mt19937_64& rng, const mix& m, std::size_t count
 // Encoder and parser
 
 TEST_CASE("redis_script: key names carry the cluster hash tag") {
-    limit::store_key ip{'i', {}, {}};
+    limit::store_key ip{sluice::identity::kind::ip, {}, {}};
     for (std::size_t i = 0; i < ip.id.size(); ++i) ip.id[i] = static_cast<std::uint8_t>(i * 17);
     CHECK(rs::key_name("sluice:", ip) == "sluice:{ip:00112233445566778899aabbccddeeff}");
-    limit::store_key user{'u', ip.id, {}};
+    limit::store_key user{sluice::identity::kind::user, ip.id, {}};
     CHECK(rs::key_name("", user) == "{user:00112233445566778899aabbccddeeff}");
     auto lt = make_tier(algorithm::log, 5, 1000, 0);
     CHECK(rs::log_key_name("s:", ip, lt) == "s:{ip:00112233445566778899aabbccddeeff}:log:" + lt.id);
@@ -730,7 +730,8 @@ TEST_CASE("redis_script: build_call lays out KEYS and ARGV") {
     limit::digest a{}, b{};
     a.fill(0xab);
     b.fill(0x01);
-    std::vector<limit::store_key> keys{{'i', a, ip_tiers}, {'u', b, user_tiers}};
+    std::vector<limit::store_key> keys{{sluice::identity::kind::ip, a, ip_tiers},
+                                       {sluice::identity::kind::user, b, user_tiers}};
     limit::check_request r{keys, 2};
 
     std::string hex_a, hex_b;
@@ -778,7 +779,7 @@ TEST_CASE("redis_script: build_call lays out KEYS and ARGV") {
     SUBCASE("format_call writes the RESP that hiredis makes of build_call's argv") {
         std::vector<limit::tier> more{make_tier(algorithm::fixed, 7, 60000, 0, 0, "api"),
                                       make_tier(algorithm::concurrency, 2, 30000, 0, 0, "api")};
-        std::vector<limit::store_key> three{keys[0], keys[1], {'u', b, more}};
+        std::vector<limit::store_key> three{keys[0], keys[1], {sluice::identity::kind::user, b, more}};
         for (const bool penalty : {false, true}) {
             for (const auto flag : {rs::call_flag::none, rs::call_flag::undo, rs::call_flag::query}) {
                 for (const auto now : {std::optional<usec>{}, std::optional<usec>{usec{-5}}}) {
@@ -835,7 +836,8 @@ struct fake_reply {
 TEST_CASE("redis_script: parse_reply") {
     std::vector<limit::tier> ip_tiers{make_tier(algorithm::fixed, 10, 1000, 0), make_tier(algorithm::log, 5, 1000, 0)};
     std::vector<limit::tier> user_tiers{make_tier(algorithm::gcra, 3, 1000, 3, 0, "p", "user")};
-    std::vector<limit::store_key> keys{{'i', digest_of(1), ip_tiers}, {'u', digest_of(2), user_tiers}};
+    std::vector<limit::store_key> keys{{sluice::identity::kind::ip, digest_of(1), ip_tiers},
+                                       {sluice::identity::kind::user, digest_of(2), user_tiers}};
     limit::check_request r{keys, 1};
     using status = limit::check_result::status;
 
@@ -863,15 +865,15 @@ TEST_CASE("redis_script: parse_reply") {
         auto res = rs::parse_reply(&f.root, r);
         CHECK(res.state == status::error);
         CHECK(res.error == "ERR something broke");
-        CHECK_FALSE(rs::is_noscript(&f.root));
+        CHECK_FALSE(sluice::store::is_noscript_reply(&f.root));
     }
     SUBCASE("NOSCRIPT") {
         auto f = fake_reply::of(REDIS_REPLY_ERROR, "NOSCRIPT No matching script. Please use EVAL.");
-        CHECK(rs::is_noscript(&f.root));
+        CHECK(sluice::store::is_noscript_reply(&f.root));
         CHECK(rs::parse_reply(&f.root, r).state == status::error);
         auto s = fake_reply::of(REDIS_REPLY_STRING, "NOSCRIPT");
-        CHECK_FALSE(rs::is_noscript(&s.root));
-        CHECK_FALSE(rs::is_noscript(nullptr));
+        CHECK_FALSE(sluice::store::is_noscript_reply(&s.root));
+        CHECK_FALSE(sluice::store::is_noscript_reply(nullptr));
     }
     SUBCASE("malformed replies") {
         CHECK(rs::parse_reply(nullptr, r).state == status::error);
@@ -1017,8 +1019,9 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
                     continue;
                 }
                 const auto& p = policies[static_cast<std::size_t>(pick(0, 1))];
-                keys[i].push_back({'i', digest_of(static_cast<unsigned>(pick(0, 1))), p.ip});
-                if (!p.user.empty() && pick(0, 1)) keys[i].push_back({'u', digest_of(0), p.user});
+                keys[i].push_back({sluice::identity::kind::ip, digest_of(static_cast<unsigned>(pick(0, 1))), p.ip});
+                if (!p.user.empty() && pick(0, 1))
+                    keys[i].push_back({sluice::identity::kind::user, digest_of(0), p.user});
                 const bool leased = std::any_of(keys[i].begin(), keys[i].end(), [](const limit::store_key& k) {
                     return std::any_of(k.tiers.begin(), k.tiers.end(),
                                        [](const limit::tier& x) { return x.algo == algorithm::concurrency; });
@@ -1085,7 +1088,8 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
     // The script refuses a batch laid out wrong as a whole, before the first request writes:
     // every request gets the error, and nothing is written.
     const std::vector<limit::tier> good{make_tier(algorithm::fixed, 5, 1'000, 0, 0, "malformed")};
-    const std::vector<limit::store_key> first{{'i', digest_of(7), good}}, second{{'i', digest_of(8), good}};
+    const std::vector<limit::store_key> first{{sluice::identity::kind::ip, digest_of(7), good}},
+        second{{sluice::identity::kind::ip, digest_of(8), good}};
     const limit::check_request one{first, 1, false, 0}, other{second, 2, false, 0};  // (another cost: in full)
     const std::vector<const limit::check_request*> two{&one, &other};
     std::vector<std::string> bad;
@@ -1194,8 +1198,8 @@ TEST_CASE("redis_script: calendar months and offset windows match decide() acros
     for (int n = 0; n < 800; ++n) {
         keys.clear();
         const auto who = digest_of(static_cast<unsigned>(pick(0, 1)));
-        if (pick(0, 2) > 0) keys.push_back({'i', who, month_tiers});
-        if (keys.empty() || pick(0, 1)) keys.push_back({'u', who, day_tiers});
+        if (pick(0, 2) > 0) keys.push_back({sluice::identity::kind::ip, who, month_tiers});
+        if (keys.empty() || pick(0, 1)) keys.push_back({sluice::identity::kind::user, who, day_tiers});
         const auto r = pick(1, 100);
         usec now = t;
         if (r <= 25 && retry_at > t) {
@@ -1232,7 +1236,7 @@ TEST_CASE("redis_script: the clock never goes back before the key's last time") 
     harness h{srv, load_script(srv)};
     const usec t0 = future_t0();
     std::vector<limit::tier> tiers{make_tier(algorithm::fixed, 2, 1000, 0)};
-    std::vector<limit::store_key> keys{{'i', digest_of(7), tiers}};
+    std::vector<limit::store_key> keys{{sluice::identity::kind::ip, digest_of(7), tiers}};
     limit::check_request r{keys, 1};
     const auto hash = rs::key_name(h.prefix, keys[0]);
 
@@ -1275,8 +1279,8 @@ TEST_CASE("redis_script: production clock, denials write nothing, TTLs only grow
     std::vector<limit::tier> tiers{make_tier(algorithm::sliding, 3, 60'000, 6'000),
                                    make_tier(algorithm::log, 3, 30'000, 0)};
     std::vector<limit::tier> short_tiers{make_tier(algorithm::fixed, 100, 1'000, 0, 0, "q")};
-    std::vector<limit::store_key> keys{{'i', digest_of(3), tiers}};
-    std::vector<limit::store_key> short_keys{{'i', digest_of(3), short_tiers}};
+    std::vector<limit::store_key> keys{{sluice::identity::kind::ip, digest_of(3), tiers}};
+    std::vector<limit::store_key> short_keys{{sluice::identity::kind::ip, digest_of(3), short_tiers}};
     limit::check_request r{keys, 1};
     limit::check_request short_r{short_keys, 1};
     const auto hash = rs::key_name(h.prefix, keys[0]);
@@ -1321,7 +1325,7 @@ TEST_CASE("redis_script: an admission's undo record takes it back exactly") {
     std::vector<limit::tier> tiers{
         make_tier(algorithm::sliding, 6, 60'000, 6'000), make_tier(algorithm::fixed, 9, 10'000, 0, 0, "f"),
         make_tier(algorithm::gcra, 5, 1'000, 3, 0, "g"), make_tier(algorithm::log, 6, 30'000, 0, 200, "l")};
-    std::vector<limit::store_key> keys{{'u', digest_of(21), tiers}};
+    std::vector<limit::store_key> keys{{sluice::identity::kind::user, digest_of(21), tiers}};
     limit::check_request r{keys, 1};
     // The state without "@e" and TTLs: an undo leaves a lengthened expiry alone.
     auto contents = [&] {
@@ -1407,7 +1411,7 @@ TEST_CASE("redis_script: a bucket tier's older buckets have their own field, wri
     redis_server srv;
     harness h{srv, load_script(srv)};
     std::vector<limit::tier> tiers{make_tier(algorithm::sliding, 100, 60'000, 6'000)};
-    std::vector<limit::store_key> keys{{'u', digest_of(22), tiers}};
+    std::vector<limit::store_key> keys{{sluice::identity::kind::user, digest_of(22), tiers}};
     limit::check_request r{keys, 1};
     const auto hash = rs::key_name(h.prefix, keys[0]);
     const auto head = [&] { return str(srv.cmd({"HGET", hash, tiers[0].id}).get()); };
@@ -1470,18 +1474,18 @@ TEST_CASE("redis_script: NOSCRIPT after SCRIPT FLUSH, then reload") {
     redis_server srv;
     const auto sha = load_script(srv);
     std::vector<limit::tier> tiers{make_tier(algorithm::gcra, 5, 1000, 5)};
-    std::vector<limit::store_key> keys{{'u', digest_of(9), tiers}};
+    std::vector<limit::store_key> keys{{sluice::identity::kind::user, digest_of(9), tiers}};
     limit::check_request r{keys, 1};
     std::vector<std::string> argv;
     rs::build_call(argv, sha, "n:", r);
 
     auto ok = srv.cmd(argv);
-    CHECK_FALSE(rs::is_noscript(ok.get()));
+    CHECK_FALSE(sluice::store::is_noscript_reply(ok.get()));
     CHECK(rs::parse_reply(ok.get(), r).state == limit::check_result::status::ok);
 
     REQUIRE(str(srv.cmd({"SCRIPT", "FLUSH"}).get()) == "OK");
     auto gone = srv.cmd(argv);
-    CHECK(rs::is_noscript(gone.get()));
+    CHECK(sluice::store::is_noscript_reply(gone.get()));
     CHECK(rs::parse_reply(gone.get(), r).state == limit::check_result::status::error);
 
     CHECK(load_script(srv) == sha);
@@ -1496,7 +1500,7 @@ TEST_CASE("redis_script: bad arguments are an error reply, not a crash") {
     redis_server srv;
     const auto sha = load_script(srv);
     std::vector<limit::tier> tiers{make_tier(algorithm::log, 5, 1000, 0)};
-    std::vector<limit::store_key> keys{{'i', digest_of(1), tiers}};
+    std::vector<limit::store_key> keys{{sluice::identity::kind::ip, digest_of(1), tiers}};
     limit::check_request r{keys, 1};
     std::vector<std::string> argv;
     rs::build_call(argv, sha, "b:", r);
