@@ -53,7 +53,10 @@ result identify(const clients& c, const http::message_head& req, const address& 
             break;
         case user_result::status::ok:
             r.who.user = std::move(user.id);
-            r.who.plan = user.plan.empty() ? c.cfg.default_plan : std::move(user.plan);
+            if (user.plan.empty())
+                r.who.plan = c.cfg.default_plan;
+            else
+                r.who.plan = std::move(user.plan);
             break;
     }
     return r;

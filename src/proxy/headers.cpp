@@ -38,7 +38,7 @@ void append_framing(std::string& out, body_framing framing, std::uint64_t length
 
 }  // namespace
 
-connection_tokens::connection_tokens(const http::message_head& head) : head_(head) {
+connection_tokens::connection_tokens(const http::message_head& head) {
     for (const auto& f : head.fields())
         if (f.name == bhttp::connection && n_ < std::size(values_)) values_[n_++] = head.value(f);
 }

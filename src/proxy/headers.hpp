@@ -39,7 +39,6 @@ public:
 private:
     std::string_view values_[8];
     std::size_t n_ = 0;
-    const http::message_head& head_;
 };
 
 bool is_hop_by_hop(const http::message_head& head, const http::header_field& f, const connection_tokens& tokens);

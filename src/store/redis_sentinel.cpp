@@ -73,7 +73,7 @@ std::string ask_command(const std::string& master) {
 
 }  // namespace
 
-redis_sentinel::redis_sentinel(asio::any_io_executor ex, const redis_connection_options& o)
+redis_sentinel::redis_sentinel(const asio::any_io_executor& ex, const redis_connection_options& o)
     : opts_(o), ask_(ex, o), watch_(ex, o), pause_(ex) {}
 
 void redis_sentinel::stop() {

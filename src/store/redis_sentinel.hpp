@@ -49,7 +49,7 @@ std::optional<config::host_port> parse_switch_message(const redisReply* reply, s
 
 class redis_sentinel {
 public:
-    redis_sentinel(boost::asio::any_io_executor ex, const redis_connection_options& o);
+    redis_sentinel(const boost::asio::any_io_executor& ex, const redis_connection_options& o);
 
     // `current`: where the connection goes now (a different answer is logged at info).
     boost::asio::awaitable<std::optional<config::host_port>> find_primary(config::host_port current);
