@@ -138,7 +138,7 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
             case readiness::not_ready:
                 res.result(bhttp::status::service_unavailable);
                 res.body() =
-                    R"({"status":"not_ready","reason":"the rate-limit store cannot decide yet: not connected, its script not loaded, or a Cluster slot without a ready node"})";
+                    R"({"status":"not_ready","reason":"the rate-limit store cannot decide yet (not connected, its script not loaded, or a Cluster slot without a ready node), or the proxy listener waits for it at start"})";
                 break;
         }
     } else if (path == "/metrics") {

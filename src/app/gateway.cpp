@@ -18,6 +18,7 @@
 
 #include <sys/resource.h>
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <stdexcept>
@@ -123,7 +124,9 @@ private:
     asio::steady_timer collect_timer_{main_ioc_};
     asio::steady_timer store_wait_{main_ioc_};
     bool draining_ = false;
-    bool reload_queued_ = false;  // a SIGHUP's reload is posted and has not begun
+    asio::steady_timer reload_timer_{main_ioc_};
+    bool reload_queued_ = false;          // a SIGHUP's reload is waiting on reload_timer_
+    std::atomic<bool> listening_{false};  // the proxy listener is open (/readyz is not_ready before)
     int exit_code_ = 0;
     void collect_expired();
 };
@@ -181,6 +184,7 @@ limit::store& gateway::store_for(std::size_t worker) {
 // With on_error local a gateway whose shared store does not answer still limits, locally:
 // degraded, not unready.
 readiness gateway::store_readiness() const {
+    if (!listening_.load(std::memory_order_acquire)) return readiness::not_ready;  // waiting for the store at start
     bool connected = true;
     for (const auto& r : redis_) connected = connected && r->ready();
     if (fallback_state_) return connected && !fallback_state_->degraded() ? readiness::ready : readiness::degraded;
@@ -266,6 +270,7 @@ void gateway::wait_for_store(std::chrono::steady_clock::time_point deadline) {
     const bool ready = std::all_of(redis_.begin(), redis_.end(), [](const auto& r) { return r->ready(); });
     if (ready) return open_listeners();
     if (std::chrono::steady_clock::now() >= deadline) {
+        if (cfg_->store.redis_start_timeout.count() == 0) return open_listeners();  // asked not to wait
         spdlog::warn(
             "the store cannot decide yet after store.redis.start_timeout ({} ms): listening anyway; requests follow "
             "store.on_error until it can, and /readyz says not_ready",
@@ -292,11 +297,12 @@ void gateway::open_listeners() {
         main_ioc_.stop();
         return;
     }
+    const auto bound = workers_[0]->acceptor.local_endpoint();  // before a worker uses the acceptor
     for (auto& w : workers_) asio::post(w->ioc, [w = w.get()] { w->accept(); });
+    listening_.store(true, std::memory_order_release);
     // Printed at any log level: scripts and tests read the port from this line.
-    std::fprintf(stderr, "sluice: proxy listening on %s (%u workers), upstream %s:%u\n",
-                 to_text(workers_[0]->acceptor.local_endpoint()).c_str(), threads_, cfg_->upstream.url.host.c_str(),
-                 unsigned{cfg_->upstream.url.port});
+    std::fprintf(stderr, "sluice: proxy listening on %s (%u workers), upstream %s:%u\n", to_text(bound).c_str(),
+                 threads_, cfg_->upstream.url.host.c_str(), unsigned{cfg_->upstream.url.port});
 }
 
 // Stop accepting, let in-flight requests finish, force the rest after drain_timeout.
@@ -304,6 +310,7 @@ void gateway::drain(int sig) {
     spdlog::info("signal {}: draining for up to {} ms", sig, cfg_->server.drain_timeout.count());
     draining_ = true;
     store_wait_.cancel();
+    reload_timer_.cancel();
     admin_->stop();
     reload_signal_.cancel();
     collect_timer_.cancel();
@@ -364,14 +371,17 @@ int gateway::run() {
         if (!ec) drain(sig);
     });
     // A burst of SIGHUPs is one reload, and one more for those that came while it ran (a
-    // reload may wait for a file being written): the last file is read, none is read twice.
+    // reload may wait for a file being written). The reload is a timer's, not a post: the
+    // signals counted while a reload ran complete the re-armed wait at once, each queued
+    // behind the last, and all of them must join the next reload before it begins.
     std::function<void(boost::system::error_code, int)> on_hup = [this, &on_hup](boost::system::error_code ec, int) {
         if (ec) return;
         if (!reload_queued_) {
             reload_queued_ = true;
-            asio::post(main_ioc_, [this] {
+            reload_timer_.expires_after(std::chrono::milliseconds(1));
+            reload_timer_.async_wait([this](boost::system::error_code tec) {
                 reload_queued_ = false;
-                reload();
+                if (!tec) reload();
             });
         }
         reload_signal_.async_wait(on_hup);

@@ -109,7 +109,10 @@ void parser<R>::on_field_impl(bhttp::field f, bsv name, bsv value, error_code&) 
 
 template <bool R>
 void parser<R>::on_header_impl(error_code& ec) {
-    if (seen_te_ && head_.version < 11) framing_error_ = framing_error::transfer_encoding_in_http10;
+    // Requests only: an HTTP/1.0 upstream that says chunked is read as it says, as before.
+    if constexpr (R) {
+        if (seen_te_ && head_.version < 11) framing_error_ = framing_error::transfer_encoding_in_http10;
+    }
     if (framing_error_ != framing_error::none) ec = bhttp::error::bad_transfer_encoding;
 }
 

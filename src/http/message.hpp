@@ -67,7 +67,7 @@ public:
 };
 
 // Faulty framing, refused whatever Beast would accept. RFC 9112 section 6.1: an HTTP/1.0
-// message with Transfer-Encoding is faulty (a 1.0 hop may not know chunked).
+// request with Transfer-Encoding is faulty (a 1.0 hop may not know chunked).
 enum class framing_error { none, transfer_encoding_not_chunked, both_length_and_chunked, transfer_encoding_in_http10 };
 
 template <bool IsRequest>

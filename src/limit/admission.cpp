@@ -7,12 +7,6 @@
 
 namespace sluice::limit {
 
-namespace {
-
-// The identifier's kind as the stores tag it in their keys (store_key::kind).
-
-}  // namespace
-
 const char* to_string(decision_kind d) {
     switch (d) {
         case decision_kind::none: return "none";

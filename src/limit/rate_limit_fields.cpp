@@ -32,7 +32,9 @@ std::pair<std::int64_t, std::int64_t> policy_window(const tier& t) {
     const std::int64_t common = std::lcm(t.per, sec);
     if (common <= 60 * sec) return {t.limit * (common / t.per), common / sec};
     const std::int64_t w = ceil_s(t.per);
-    return {std::max<std::int64_t>(1, t.limit * w * sec / t.per), w};
+    // In 128 bits: limit * w * 1e6 passes 2^63 for a long per with a large limit.
+    const auto scaled = static_cast<__int128>(t.limit) * w * sec / t.per;
+    return {std::max<std::int64_t>(1, static_cast<std::int64_t>(scaled)), w};
 }
 
 void append_policy_item(std::string& out, const tier& t) {
