@@ -549,23 +549,31 @@ routes:
     CHECK(keys == 0);
 }
 
-// Each reload of a file written a moment ago waits until it holds still (100 ms): signals that
-// come meanwhile must join one reload, not queue one each.
+// A reload waits for a file being written to hold still (100 ms unchanged, at most 1 s):
+// signals that come meanwhile must join one reload, not queue one each.
 TEST_CASE("a burst of SIGHUPs during a slow reload is one reload more, not one per signal") {
     auto up = start_upstream();
     auto gw = start_gateway(gateway_yaml(up->port, {}, limits_yaml(5)));
-    const int before = reloads_ok(*gw);
-    write_file(gw->config_path, gateway_yaml(up->port, {}, limits_yaml(6)));  // fresh: each reload waits
-    // Ten signals within 50 ms, while the first reload waits for the file to be 100 ms old.
+    const auto reloads = [&] {
+        const auto m = fetch(gw->admin_port, "GET", "/metrics").body;
+        return static_cast<int>(metric_value(m, R"(sluice_config_reloads_total{result="ok"})") +
+                                metric_value(m, R"(sluice_config_reloads_total{result="error"})"));
+    };
+    const int before = reloads();
+    // Ten signals, each after a rewrite of the file: the first reload waits for the file all
+    // along, however slowly the signals come.
+    const auto yaml = gateway_yaml(up->port, {}, limits_yaml(6));
     for (int i = 0; i < 10; ++i) {
+        write_file(gw->config_path, yaml);
         gw->proc->signal(SIGHUP);
         std::this_thread::sleep_for(std::chrono::milliseconds(5));  // pacing the sender, not waiting on it
     }
-    REQUIRE(eventually([&] { return reloads_ok(*gw) > before; }));
+    REQUIRE(eventually([&] { return reloads() > before; }));
     // The subject of the test is a stretch of time in which no more reloads may come.
     const auto quiet_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
     while (std::chrono::steady_clock::now() < quiet_until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const int reloads = reloads_ok(*gw) - before;
-    CHECK(reloads >= 1);
-    CHECK(reloads <= 3);  // one per signal was 10
+    const int n = reloads() - before;
+    CHECK(n >= 1);
+    CHECK(n <= 3);  // one per signal was 10 or 11
+    CHECK(reloads_ok(*gw) >= 1);
 }
