@@ -574,6 +574,6 @@ TEST_CASE("a burst of SIGHUPs during a slow reload is one reload more, not one p
     while (std::chrono::steady_clock::now() < quiet_until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const int n = reloads() - before;
     CHECK(n >= 1);
-    CHECK(n <= 3);  // one per signal was 10 or 11
+    CHECK(n <= 6);  // one per signal was 10 or 11; 2 to 4 seen here (4 under ASan on a loaded machine)
     CHECK(reloads_ok(*gw) >= 1);
 }

@@ -268,9 +268,11 @@ TEST_CASE("fleet: Redis down with on_error local decides on each gateway's share
 
 TEST_CASE("reload: store.on_error between allow and deny applies at once, to or from local it needs a restart") {
     auto up = start_upstream();
-    const auto nobody = unused_port();  // no Redis: the store stays down
+    const auto nobody = unused_port();  // no Redis: the store stays down, and the gateway listens at once
     auto yaml = [&](const std::string& on_error) {
-        return gateway_yaml(up->port, {}, redis_yaml(nobody, on_error, "{limit: 10, per: 1h, precision: 6m}"));
+        return gateway_yaml(up->port, {},
+                            std::regex_replace(redis_yaml(nobody, on_error, "{limit: 10, per: 1h, precision: 6m}"),
+                                               std::regex("timeout: 2s"), "timeout: 2s, start_timeout: 0s"));
     };
     auto gw = start_gateway(yaml("allow"));
     CHECK(fetch(gw->port, "GET", "/").status == 200);  // fails open
