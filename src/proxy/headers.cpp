@@ -176,8 +176,10 @@ void write_response_head(std::string& out, const http::message_head& resp, const
     connection_tokens tokens(resp);
     std::string_view upgrade;
     const bool keep_length = ctx.head_request || resp.status == 304;
+    bool dated = false;
     for (const auto& f : resp.fields()) {
         if (f.name == bhttp::upgrade) upgrade = resp.value(f);
+        dated = dated || f.name == bhttp::date;
         if (is_hop_by_hop(resp, f, tokens)) continue;
         if (f.name == bhttp::content_length && !keep_length) continue;
         if (f.name == bhttp::via) continue;  // joined below
@@ -197,7 +199,7 @@ void write_response_head(std::string& out, const http::message_head& resp, const
         out.append("Connection: keep-alive\r\n");
     }
     // A recipient with a clock adds the Date an origin left out (RFC 9110 section 6.6.1).
-    if (resp.status >= 200 && resp.count(bhttp::date) == 0) http::append_date(out);
+    if (resp.status >= 200 && !dated) http::append_date(out);
     if (!keep_length) append_framing(out, framing, length);
     out.append("\r\n");
 }
