@@ -7,12 +7,5 @@ contender sluice-limit-pass default=60 \
 
 start_contender_sluice_limit_pass() {  # PORT ADMIN_PORT
   start_sluice sluice-limit-pass "$1" "$2" "store: { type: memory, memory: { max_keys: 100000 } }
-response: { headers: $LIMIT_HEADERS }
-policies:
-  pass:
-    ip:
-      - {limit: 1000000000, per: 1s, algorithm: fixed}
-      - {limit: 1000000000, per: 1m, algorithm: sliding}
-routes:
-  - {match: {path_prefix: /}, policy: pass}"
+$(pass_policy)"
 }

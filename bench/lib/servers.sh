@@ -141,6 +141,19 @@ EOF
   add_contender "$name" "$BG_PID" "$port"
 }
 
+# The policy of the "pass" contenders (sluice-limit-pass and the Redis stores): one client, so
+# one identifier, a fixed and a sliding tier far above any rate wrk reaches.
+pass_policy() {
+  printf '%s\n' "response: { headers: $LIMIT_HEADERS }
+policies:
+  pass:
+    ip:
+      - {limit: 1000000000, per: 1s, algorithm: fixed}
+      - {limit: 1000000000, per: 1m, algorithm: sliding}
+routes:
+  - {match: {path_prefix: /}, policy: pass}"
+}
+
 # start_sluice_store NAME PROXY_PORT ADMIN_PORT TYPE NODE: sluice-limit-pass's policy on a
 # Redis store (TYPE redis or redis-cluster, NODE its address or a seed), then waits for
 # /readyz (config loaded, every needed Redis node connected). Its sluice_redis_* counters
@@ -151,14 +164,7 @@ start_sluice_store() {
   type: $type
   redis: { nodes: [\"$node\"], timeout: 50ms }
   on_error: allow
-response: { headers: $LIMIT_HEADERS }
-policies:
-  pass:
-    ip:
-      - {limit: 1000000000, per: 1s, algorithm: fixed}
-      - {limit: 1000000000, per: 1m, algorithm: sliding}
-routes:
-  - {match: {path_prefix: /}, policy: pass}"
+$(pass_policy)"
   C_METRICS[$name]=$3
   local i got=""
   for ((i = 0; i < READY_TIMEOUT * 10; i++)); do
