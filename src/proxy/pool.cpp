@@ -4,9 +4,10 @@ namespace sluice::proxy {
 
 namespace {
 
-// Whether the socket has anything to read (bytes, EOF or an error) right now.
-bool readable(boost::asio::ip::tcp::socket& s) {
-    pollfd p{s.native_handle(), POLLIN | POLLRDHUP, 0};
+// Whether the connection has anything to read (bytes, EOF or an error) right now.
+bool readable(tls::stream& s) {
+    if (s.pending() > 0) return true;
+    pollfd p{s.socket().native_handle(), POLLIN | POLLRDHUP, 0};
     return ::poll(&p, 1, 0) != 0;
 }
 
@@ -17,7 +18,7 @@ std::unique_ptr<upstream_connection> pool::take() {
         auto c = std::move(idle_.back());
         idle_.pop_back();
         metrics_.set_idle_upstream(idle_.size());
-        if (readable(c->socket)) continue;
+        if (readable(c->stream)) continue;
         c->reused = true;
         return c;
     }
@@ -25,7 +26,9 @@ std::unique_ptr<upstream_connection> pool::take() {
 }
 
 void pool::give_back(std::unique_ptr<upstream_connection> c) {
-    if (closed_ || idle_.size() >= max_idle_ || !c->socket.is_open() || c->buffer.size() != 0) return;
+    if (closed_ || idle_.size() >= max_idle_ || !c->stream.is_open() || c->stream.pending() != 0 ||
+        c->buffer.size() != 0)
+        return;
     idle_.push_back(std::move(c));
     metrics_.set_idle_upstream(idle_.size());
     if (!sweeping_) start_sweep();
@@ -44,7 +47,7 @@ void pool::start_sweep() {
 
 void pool::sweep() {
     polled_.clear();
-    for (auto& c : idle_) polled_.push_back({c->socket.native_handle(), POLLIN | POLLRDHUP, 0});
+    for (auto& c : idle_) polled_.push_back({c->stream.socket().native_handle(), POLLIN | POLLRDHUP, 0});
     if (::poll(polled_.data(), polled_.size(), 0) <= 0) return;
     std::size_t kept = 0;
     for (std::size_t i = 0; i < idle_.size(); ++i)

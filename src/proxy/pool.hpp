@@ -14,6 +14,7 @@
 #pragma once
 
 #include "metrics/metrics.hpp"
+#include "tls/stream.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -28,8 +29,8 @@
 namespace sluice::proxy {
 
 struct upstream_connection {
-    explicit upstream_connection(const boost::asio::any_io_executor& ex) : socket(ex) {}
-    boost::asio::ip::tcp::socket socket;
+    explicit upstream_connection(const boost::asio::any_io_executor& ex) : stream(boost::asio::ip::tcp::socket(ex)) {}
+    tls::stream stream;
     boost::beast::flat_buffer buffer;
     bool reused = false;  // came from the pool: the upstream may have closed it meanwhile
 };

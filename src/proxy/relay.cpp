@@ -43,7 +43,7 @@ error_code relay::timed(error_code ec) const {
 }
 
 template <class Parser>
-awaitable<error_code> relay::read_head(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
+awaitable<error_code> relay::read_head(Parser& p, stream& src, boost::beast::flat_buffer& buf,
                                        http::clock::time_point deadline, bool& got_some) {
     track_.arm_until(deadline);
     for (;;) {
@@ -61,8 +61,8 @@ awaitable<error_code> relay::read_head(Parser& p, tcp::socket& src, boost::beast
 }
 
 template <class Parser>
-awaitable<pump_result> relay::pump(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
-                                   http::clock::duration read_timeout, body_deadline* deadline, tcp::socket& dst,
+awaitable<pump_result> relay::pump(Parser& p, stream& src, boost::beast::flat_buffer& buf,
+                                   http::clock::duration read_timeout, body_deadline* deadline, stream& dst,
                                    http::clock::duration write_timeout, std::string& out_) {
     pump_result r;
     auto flush = [&]() -> awaitable<bool> {
@@ -105,7 +105,7 @@ awaitable<pump_result> relay::pump(Parser& p, tcp::socket& src, boost::beast::fl
 }
 
 template <class Parser>
-awaitable<pump_result> relay::fill(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf, body_deadline& deadline,
+awaitable<pump_result> relay::fill(Parser& p, stream& src, boost::beast::flat_buffer& buf, body_deadline& deadline,
                                    std::string& out, std::size_t limit) {
     pump_result r;
     while (!p.is_done() && out.size() <= limit) {
@@ -129,13 +129,13 @@ awaitable<pump_result> relay::fill(Parser& p, tcp::socket& src, boost::beast::fl
     co_return r;
 }
 
-awaitable<error_code> relay::read_some(tcp::socket& s, boost::beast::flat_buffer& buf) {
+awaitable<error_code> relay::read_some(stream& s, boost::beast::flat_buffer& buf) {
     auto [ec, n] = co_await s.async_read_some(buf.prepare(piece_size), use_tuple);
     buf.commit(n);
     co_return timed(ec);
 }
 
-awaitable<error_code> relay::write_all(tcp::socket& s, std::string_view data, http::clock::duration timeout) {
+awaitable<error_code> relay::write_all(stream& s, std::string_view data, http::clock::duration timeout) {
     track_.arm(timeout);
     auto [ec, n] = co_await asio::async_write(s, asio::buffer(data), use_tuple);
     co_return timed(ec);
@@ -144,15 +144,14 @@ awaitable<error_code> relay::write_all(tcp::socket& s, std::string_view data, ht
 awaitable<error_code> relay::connect(upstream_connection& up, const std::vector<tcp::endpoint>& endpoints,
                                      http::clock::duration timeout) {
     track_.arm(timeout);
-    auto [ec, ep] = co_await asio::async_connect(up.socket, endpoints, use_tuple);
+    auto [ec, ep] = co_await asio::async_connect(up.stream.socket(), endpoints, use_tuple);
     ec = timed(ec);
-    if (!ec) up.socket.set_option(tcp::no_delay(true), ec);
+    if (!ec) up.stream.socket().set_option(tcp::no_delay(true), ec);
     co_return ec;
 }
 
 // Copies bytes one way until EOF, then half-closes the other side.
-awaitable<void> relay::copy(tcp::socket& from, boost::beast::flat_buffer& buf, tcp::socket& to,
-                            http::clock::duration idle) {
+awaitable<void> relay::copy(stream& from, boost::beast::flat_buffer& buf, stream& to, http::clock::duration idle) {
     for (;;) {
         if (buf.size() > 0) {
             auto [ec, n] = co_await asio::async_write(to, buf.data(), use_tuple);
@@ -163,27 +162,25 @@ awaitable<void> relay::copy(tcp::socket& from, boost::beast::flat_buffer& buf, t
         auto ec = co_await read_some(from, buf);
         if (ec && buf.size() == 0) break;
     }
-    error_code ignored;
-    to.shutdown(tcp::socket::shutdown_send, ignored);
+    to.shutdown_send();
 }
 
-awaitable<void> relay::tunnel(tcp::socket& client, boost::beast::flat_buffer& client_buf, upstream_connection& up,
+awaitable<void> relay::tunnel(stream& client, boost::beast::flat_buffer& client_buf, upstream_connection& up,
                               http::clock::duration idle) {
     using namespace asio::experimental::awaitable_operators;
-    co_await (copy(client, client_buf, up.socket, idle) && copy(up.socket, up.buffer, client, idle));
-    error_code ignored;
-    up.socket.close(ignored);
+    co_await (copy(client, client_buf, up.stream, idle) && copy(up.stream, up.buffer, client, idle));
+    up.stream.close();
 }
 
-template awaitable<error_code> relay::read_head(http::response_parser&, tcp::socket&, boost::beast::flat_buffer&,
+template awaitable<error_code> relay::read_head(http::response_parser&, stream&, boost::beast::flat_buffer&,
                                                 http::clock::time_point, bool&);
-template awaitable<pump_result> relay::pump(http::request_parser&, tcp::socket&, boost::beast::flat_buffer&,
-                                            http::clock::duration, body_deadline*, tcp::socket&, http::clock::duration,
+template awaitable<pump_result> relay::pump(http::request_parser&, stream&, boost::beast::flat_buffer&,
+                                            http::clock::duration, body_deadline*, stream&, http::clock::duration,
                                             std::string&);
-template awaitable<pump_result> relay::pump(http::response_parser&, tcp::socket&, boost::beast::flat_buffer&,
-                                            http::clock::duration, body_deadline*, tcp::socket&, http::clock::duration,
+template awaitable<pump_result> relay::pump(http::response_parser&, stream&, boost::beast::flat_buffer&,
+                                            http::clock::duration, body_deadline*, stream&, http::clock::duration,
                                             std::string&);
-template awaitable<pump_result> relay::fill(http::request_parser&, tcp::socket&, boost::beast::flat_buffer&,
-                                            body_deadline&, std::string&, std::size_t);
+template awaitable<pump_result> relay::fill(http::request_parser&, stream&, boost::beast::flat_buffer&, body_deadline&,
+                                            std::string&, std::size_t);
 
 }  // namespace sluice::proxy

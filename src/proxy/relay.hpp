@@ -11,6 +11,7 @@
 #include "base/units.hpp"
 #include "http/deadline_sweep.hpp"
 #include "proxy/pool.hpp"
+#include "tls/stream.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -25,6 +26,7 @@ namespace sluice::proxy {
 using error_code = boost::system::error_code;
 using boost::asio::awaitable;
 using boost::asio::ip::tcp;
+using tls::stream;
 
 // Bodies move in pieces of at most this size: memory per connection stays bounded.
 inline constexpr std::size_t piece_size = 64 * base::KiB;
@@ -59,7 +61,7 @@ public:
     // Reads until `p` has a complete head, by `deadline`. `got_some` tells whether any
     // byte arrived (a pooled connection closed before answering sends none).
     template <class Parser>
-    awaitable<error_code> read_head(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
+    awaitable<error_code> read_head(Parser& p, stream& src, boost::beast::flat_buffer& buf,
                                     http::clock::time_point deadline, bool& got_some);
 
     // Moves the rest of a message from src to dst. The parser's sink appends re-framed body
@@ -68,25 +70,25 @@ public:
     // `out` holds on entry (a head) goes first. Each read waits at most `read_timeout` and,
     // with a `deadline`, none past it; each write at most `write_timeout`.
     template <class Parser>
-    awaitable<pump_result> pump(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf,
-                                http::clock::duration read_timeout, body_deadline* deadline, tcp::socket& dst,
+    awaitable<pump_result> pump(Parser& p, stream& src, boost::beast::flat_buffer& buf,
+                                http::clock::duration read_timeout, body_deadline* deadline, stream& dst,
                                 http::clock::duration write_timeout, std::string& out);
 
     // Parses what `src` sends into `p`'s sink (appending to `out`) until the message is
     // done or `out` holds more than `limit` bytes, by `deadline`. Only `failed` of read
     // and parse is set; `written` stays 0.
     template <class Parser>
-    awaitable<pump_result> fill(Parser& p, tcp::socket& src, boost::beast::flat_buffer& buf, body_deadline& deadline,
+    awaitable<pump_result> fill(Parser& p, stream& src, boost::beast::flat_buffer& buf, body_deadline& deadline,
                                 std::string& out, std::size_t limit);
 
-    awaitable<error_code> read_some(tcp::socket& s, boost::beast::flat_buffer& buf);
-    awaitable<error_code> write_all(tcp::socket& s, std::string_view data, http::clock::duration timeout);
+    awaitable<error_code> read_some(stream& s, boost::beast::flat_buffer& buf);
+    awaitable<error_code> write_all(stream& s, std::string_view data, http::clock::duration timeout);
     awaitable<error_code> connect(upstream_connection& up, const std::vector<tcp::endpoint>& endpoints,
                                   http::clock::duration timeout);
 
     // Copies bytes both ways until both sides have closed, or until neither side has sent
     // anything for `idle` (bytes already read into the buffers go first).
-    awaitable<void> tunnel(tcp::socket& client, boost::beast::flat_buffer& client_buf, upstream_connection& up,
+    awaitable<void> tunnel(stream& client, boost::beast::flat_buffer& client_buf, upstream_connection& up,
                            http::clock::duration idle);
 
     // operation_aborted caused by the deadline becomes beast::error::timeout.
@@ -94,8 +96,7 @@ public:
     static bool is_timeout(const error_code& ec);
 
 private:
-    awaitable<void> copy(tcp::socket& from, boost::beast::flat_buffer& buf, tcp::socket& to,
-                         http::clock::duration idle);
+    awaitable<void> copy(stream& from, boost::beast::flat_buffer& buf, stream& to, http::clock::duration idle);
 
     http::tracked_connection& track_;
 };

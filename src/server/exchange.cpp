@@ -121,11 +121,11 @@ awaitable<std::optional<http::failure>> session::read_body_ahead(body_framing& f
 awaitable<std::optional<http::failure>> session::connect_upstream() {
     up_ = w_.pool.take();
     if (up_) {
-        track_.watch_upstream(&up_->socket);
+        track_.watch_upstream(&up_->stream.socket());
         co_return std::nullopt;
     }
     up_ = std::make_unique<proxy::upstream_connection>(client_.get_executor());
-    track_.watch_upstream(&up_->socket);
+    track_.watch_upstream(&up_->stream.socket());
     auto ec = co_await relay_.connect(*up_, w_.upstream_endpoints, cfg_->upstream.connect_timeout);
     if (!ec) co_return std::nullopt;
     release_upstream(false);
@@ -159,15 +159,15 @@ awaitable<session::step> session::send_request(body_framing framing, std::uint64
     if (p.is_done()) {
         // All of it is in memory: one write. An upstream that answers early and closes
         // makes it fail, and is then heard below.
-        r.ec = co_await relay_.write_all(up_->socket, out_, up_cfg.timeout);
+        r.ec = co_await relay_.write_all(up_->stream, out_, up_cfg.timeout);
         if (r.ec) r.failed = proxy::pump_result::write;
     } else {
         req_sink_.out = &out_;
         req_sink_.mode =
             framing == body_framing::chunked ? http::body_sink::framing::chunked : http::body_sink::framing::identity;
-        auto sent = co_await (relay_.pump(p, client_, in_, cfg_->server.idle_timeout, &req_.body_deadline, up_->socket,
+        auto sent = co_await (relay_.pump(p, client_, in_, cfg_->server.idle_timeout, &req_.body_deadline, up_->stream,
                                           up_cfg.timeout, out_) ||
-                              wait_readable(up_->socket));
+                              wait_readable(up_->stream.socket()));
         if (sent.index() == 0) {
             r = std::get<0>(sent);
         } else if (auto ec = relay_.timed(std::get<1>(sent))) {
@@ -202,11 +202,11 @@ awaitable<session::step> session::send_request(body_framing framing, std::uint64
 // that answers sooner costs nothing; poll(POLLRDHUP) sees the end even behind a pipelined
 // request's bytes not read yet, where a read (or a peek) would stop at those bytes.
 void session::check_client_left() {
-    pollfd p{client_.native_handle(), POLLRDHUP, 0};
+    pollfd p{client_.socket().native_handle(), POLLRDHUP, 0};
     if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
         client_left_ = true;
         error_code ignored;
-        if (up_) up_->socket.cancel(ignored);
+        if (up_) up_->stream.socket().cancel(ignored);
         return;
     }
     track_.ask_sweep();  // again at the next sweep
@@ -226,7 +226,7 @@ awaitable<session::step> session::read_response_head(bool replayable) {
         bool got_some = false;
         client_left_ = false;
         track_.ask_sweep();  // check_client_left()
-        auto ec = co_await relay_.read_head(rp, up_->socket, up_->buffer, deadline, got_some);
+        auto ec = co_await relay_.read_head(rp, up_->stream, up_->buffer, deadline, got_some);
         track_.unask_sweep();
         if (client_left_) co_return step{fail::client_gone};
         req_.upstream_us = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - asked).count();
@@ -288,7 +288,7 @@ awaitable<after> session::relay_response() {
                       : no_body                        ? http::body_sink::framing::none
                                                        : http::body_sink::framing::identity;
     req_.status = status;
-    auto r = co_await relay_.pump(rp, up_->socket, up_->buffer, cfg_->upstream.timeout, nullptr, client_,
+    auto r = co_await relay_.pump(rp, up_->stream, up_->buffer, cfg_->upstream.timeout, nullptr, client_,
                                   cfg_->server.idle_timeout, out_);
     // Pooled again only when the response ended exactly at its framing, after the whole
     // request went out (pool::give_back also wants nothing more buffered).

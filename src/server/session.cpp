@@ -86,13 +86,13 @@ session::session(worker& w, tcp::socket s)
       snap_(w.snap),
       cfg_(snap_->cfg.get()),
       client_(std::move(s)),
-      peer_(peer_address(client_)),
+      peer_(peer_address(client_.socket())),
       client_ip_(peer_.to_string()),
-      track_(w.connections, client_) {
+      track_(w.connections, client_.socket()) {
     w_.metrics.connection_opened();
     w_.open_connections.fetch_add(1, std::memory_order_relaxed);
     error_code ec;
-    client_.set_option(tcp::no_delay(true), ec);
+    client_.socket().set_option(tcp::no_delay(true), ec);
     track_.on_sweep = [this] { check_client_left(); };
 }
 
@@ -107,7 +107,7 @@ session::~session() {
 awaitable<void> session::run() {
     while (co_await serve_one()) first_ = false;
     error_code ec;
-    client_.close(ec);
+    client_.socket().close(ec);
 }
 
 awaitable<bool> session::serve_one() {
@@ -267,8 +267,7 @@ awaitable<after> session::send_own_answer(bool keep) {
 }
 
 awaitable<void> session::linger() {
-    error_code ec;
-    client_.shutdown(tcp::socket::shutdown_send, ec);
+    client_.shutdown_send();
     track_.arm(linger_time);
     for (std::size_t discarded = 0; discarded < linger_bytes; discarded += in_.size()) {
         in_.clear();

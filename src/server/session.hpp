@@ -22,6 +22,7 @@
 #include "route/target.hpp"
 #include "server/limit_step.hpp"
 #include "server/worker.hpp"
+#include "tls/stream.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -107,7 +108,7 @@ private:
     worker& w_;
     std::shared_ptr<const snapshot> snap_;  // the snapshot the current request started with
     const config::config* cfg_;
-    boost::asio::ip::tcp::socket client_;
+    tls::stream client_;
     identity::address peer_;
     std::string client_ip_;
     http::tracked_connection track_;

@@ -9,13 +9,14 @@ src="${1:-$(dirname "$0")/../..}/src"
 
 # Each module and the modules below it that it may use.
 declare -A may_use=(
-  [app]="server proxy route identity limit store http config metrics base"  # wires the rest
-  [server]="proxy route identity limit http config metrics base"            # the session runs every phase
-  [proxy]="http config metrics base"                                        # the exchange with the upstream
+  [app]="server proxy route identity limit store tls http config metrics base"  # wires the rest
+  [server]="proxy route identity limit tls http config metrics base"            # the session runs every phase
+  [proxy]="tls http config metrics base"                                      # the exchange with the upstream
   [route]="limit config base"                                               # a request's route (see below)
   [store]="limit identity config metrics base"                                       # the stores behind limit::store
   [limit]="identity config metrics base"  # the limit step: the caller, never an HTTP message (no http/)
   [identity]="http config base"           # the identify step: a request's head and peer -> the caller
+  [tls]="config metrics base"  # the byte stream (plain or TLS) and the TLS contexts
   [http]="config metrics base"
   [config]="base"
   [metrics]="base"

@@ -40,7 +40,7 @@ struct pool_fixture {
 
     upstream_link connect() {
         auto c = std::make_unique<upstream_connection>(ioc.get_executor());
-        c->socket.connect(acceptor.local_endpoint());
+        c->stream.socket().connect(acceptor.local_endpoint());
         upstream_link l{std::move(c), acceptor.accept(), nullptr};
         l.raw = l.conn.get();
         return l;
@@ -124,7 +124,7 @@ TEST_CASE("pool: give_back then take returns the same connection marked reused, 
     f.ioc.poll();
     asio::write(b.server, asio::buffer("ok", 2));
     std::array<char, 2> got{};
-    asio::read(first->socket, asio::buffer(got));
+    asio::read(first->stream.socket(), asio::buffer(got));
     CHECK(std::string(got.data(), 2) == "ok");
 }
 
@@ -140,7 +140,7 @@ TEST_CASE("pool: give_back drops a connection with buffered bytes, a closed one,
     CHECK(f.closed_by_pool(buffered.server));
 
     auto closed = f.connect();
-    closed.conn->socket.close();
+    closed.conn->stream.socket().close();
     p.give_back(std::move(closed.conn));
     CHECK(p.idle() == 0);
 
@@ -202,8 +202,8 @@ TEST_CASE("pool: take() skips a readable connection even before the sweep has se
 
     asio::write(wrote.server, asio::buffer("!", 1));
     closed.server.close();
-    REQUIRE(wait_readable(wrote.raw->socket));
-    REQUIRE(wait_readable(closed.raw->socket));
+    REQUIRE(wait_readable(wrote.raw->stream.socket()));
+    REQUIRE(wait_readable(closed.raw->stream.socket()));
     // No io_context run since: no sweep has seen them.
     CHECK(p.idle() == 3);
 
