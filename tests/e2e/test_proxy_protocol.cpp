@@ -271,3 +271,11 @@ TEST_CASE("proxy protocol: malformed, truncated, late and untrusted connections 
     // The gateway still serves a good header after all that.
     CHECK(client_seen(gw->port, "PROXY TCP4 203.0.113.7 192.0.2.1 51234 443\r\n") == "203.0.113.7");
 }
+
+TEST_CASE("proxy protocol: without server.proxy_protocol a PROXY header is a bad request") {
+    proxy_fixture f;
+    connection c("127.0.0.1", f.gw->port);
+    c.send("PROXY TCP4 203.0.113.7 192.0.2.1 51234 443\r\n" + make_request("GET", "/echo"));
+    CHECK(c.read_response().status == 400);
+    CHECK(refused(f.gw->admin_port, "malformed") == 0);
+}
