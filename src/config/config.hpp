@@ -43,6 +43,24 @@ struct upstream_url {
     bool operator==(const upstream_url&) const = default;
 };
 
+// An IPv4 or IPv6 network, "10.0.0.0/8", "::1/128"; a bare address means a single host.
+struct cidr {
+    boost::asio::ip::address network;  // host bits zeroed
+    unsigned prefix = 0;
+
+    bool operator==(const cidr&) const = default;
+};
+
+// server.proxy_protocol: a connection from a `trusted` address must begin with a PROXY
+// protocol header (v1 or v2), whose source becomes the connection's client address; any
+// other connection is closed unanswered.
+struct proxy_protocol_config {
+    std::vector<cidr> trusted;  // non-empty
+    duration header_timeout{};  // from accept to the header's last byte; unset: server.header_timeout
+
+    bool operator==(const proxy_protocol_config&) const = default;
+};
+
 struct server_config {
     address listen{"0.0.0.0", 8080};
     unsigned threads = 0;  // 0 = hardware threads
@@ -54,6 +72,7 @@ struct server_config {
     std::uint64_t body_min_rate = 64 * base::KiB;      // bytes per second that earn a body more time
     std::size_t max_header_bytes = 16384;
     std::uint64_t max_body_bytes = 10 * base::MiB;
+    std::optional<proxy_protocol_config> proxy_protocol;  // unset: no PROXY header is read
 
     bool operator==(const server_config&) const = default;
 };
@@ -134,14 +153,6 @@ struct store_config {
     std::string hash_secret_env = "SLUICE_HASH_SECRET";       // store.hash_secret_env
 
     bool operator==(const store_config&) const = default;
-};
-
-// An IPv4 or IPv6 network, "10.0.0.0/8", "::1/128"; a bare address means a single host.
-struct cidr {
-    boost::asio::ip::address network;  // host bits zeroed
-    unsigned prefix = 0;
-
-    bool operator==(const cidr&) const = default;
 };
 
 struct jwt_config {

@@ -10,11 +10,7 @@
 
 namespace sluice::config::detail {
 
-namespace {
-
 cidr read_cidr(const node_ref& v) { return take(v, parse_cidr_why(v.scalar(bad_cidr))); }
-
-}  // namespace
 
 duration read_duration(const node_ref& v, zero z) {
     duration d = take(v, parse_duration_why(v.scalar(bad_duration)));

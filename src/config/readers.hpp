@@ -167,6 +167,7 @@ upstream_url read_upstream_url(const node_ref& v);
 host_port read_host_port(const node_ref& v);
 std::vector<host_port> read_host_ports(const node_ref& v);  // non-empty
 std::vector<cidr> read_cidrs(const node_ref& v);
+cidr read_cidr(const node_ref& v);
 std::int64_t read_count(const node_ref& v);  // a limit, burst or cost: 1 to max_count
 // A string that must not be empty.
 std::string read_string(const node_ref& v);

@@ -5,6 +5,25 @@
 
 namespace sluice::config::detail {
 
+namespace {
+
+proxy_protocol_config read_proxy_protocol(const node_ref& n) {
+    proxy_protocol_config out;
+    read_mapping(
+        n, {
+               {"trusted",
+                [&](const node_ref& v) {
+                    read_list(v, empty_list::refused,
+                              [&](const node_ref& item) { out.trusted.push_back(read_cidr(item)); });
+                },
+                presence::required},
+               {"header_timeout", [&](const node_ref& v) { out.header_timeout = read_duration(v, zero::refused); }},
+           });
+    return out;
+}
+
+}  // namespace
+
 void read_server(const node_ref& n, server_config& out) {
     read_mapping(
         n, {
@@ -25,7 +44,11 @@ void read_server(const node_ref& n, server_config& out) {
                 [&](const node_ref& v) {
                     out.max_body_bytes = read_size(v, 0, std::numeric_limits<std::uint64_t>::max());
                 }},
+               {"proxy_protocol", [&](const node_ref& v) { out.proxy_protocol = read_proxy_protocol(v); }},
            });
+    // Without a header_timeout of its own, the PROXY header has the request head's.
+    if (out.proxy_protocol && out.proxy_protocol->header_timeout == duration{})
+        out.proxy_protocol->header_timeout = out.header_timeout;
 }
 
 void read_admin(const node_ref& n, admin_config& out) {

@@ -35,6 +35,17 @@ const char* to_string(decision_result r) {
     return "unknown";
 }
 
+const char* to_string(proxy_refusal r) {
+    switch (r) {
+        case proxy_refusal::untrusted: return "untrusted";
+        case proxy_refusal::malformed: return "malformed";
+        case proxy_refusal::timeout: return "timeout";
+        case proxy_refusal::closed: return "closed";
+        case proxy_refusal::count_: break;
+    }
+    return "unknown";
+}
+
 void shard::request_done(std::size_t route, unsigned status, double seconds) {
     std::size_t cls = status >= 100 && status < 600 ? status / 100 - 1 : 4;
     requests_[route * classes + cls].add();
@@ -317,6 +328,16 @@ std::string registry::scrape() const {
                "Client connections closed at once because server.max_connections was reached.", MetricType::Counter);
     rejected.metric.push_back(counter({}, total(&shard::rejected_connections_)));
     out.push_back(std::move(rejected));
+    auto proxy_refused = family("sluice_proxy_protocol_refused_total",
+                                "Client connections closed unanswered before a PROXY protocol header was read "
+                                "(server.proxy_protocol), by reason.",
+                                MetricType::Counter);
+    for (std::size_t k = 0; k < static_cast<std::size_t>(proxy_refusal::count_); ++k) {
+        std::uint64_t sum = 0;
+        for (const auto& s : shards_) sum += s->proxy_refused_[k].get();
+        proxy_refused.metric.push_back(counter({{"reason", to_string(static_cast<proxy_refusal>(k))}}, sum));
+    }
+    out.push_back(std::move(proxy_refused));
     auto idle = family("sluice_upstream_idle_connections", "Idle keep-alive connections to the upstream, pooled now.",
                        MetricType::Gauge);
     idle.metric.push_back(gauge(static_cast<std::int64_t>(total(&shard::idle_upstream_))));

@@ -28,6 +28,10 @@ const char* to_string(upstream_error e);
 enum class decision_result : std::size_t { allowed, limited, shadow_limited, count_ };
 const char* to_string(decision_result r);
 
+// Why a connection was closed before its PROXY protocol header was read (server.proxy_protocol).
+enum class proxy_refusal : std::size_t { untrusted, malformed, timeout, closed, count_ };
+const char* to_string(proxy_refusal r);
+
 // Routes and policies are named by slots handed out by registry::slot(); names beyond
 // max_slots share the last slot, labelled "other".
 inline constexpr std::size_t max_slots = 128;
@@ -83,6 +87,7 @@ public:
     void set_idle_upstream(std::size_t n) { idle_upstream_.set(n); }
     void lease_held() { leases_held_.add(); }
     void lease_ended() { leases_held_.sub(); }
+    void proxy_protocol_refused(proxy_refusal r) { proxy_refused_[static_cast<std::size_t>(r)].add(); }
 
 private:
     friend class registry;
@@ -94,6 +99,7 @@ private:
     cell store_errors_, unauthorized_, forbidden_;
     std::array<cell, static_cast<std::size_t>(upstream_error::count_)> upstream_errors_{};
     cell open_connections_, rejected_connections_, idle_upstream_, leases_held_;
+    std::array<cell, static_cast<std::size_t>(proxy_refusal::count_)> proxy_refused_{};
 };
 
 // Owns the shards and renders /metrics. Construct once before the workers start.

@@ -3,6 +3,7 @@
 #include "base/units.hpp"
 #include "http/async.hpp"
 #include "identity/identify.hpp"
+#include "server/proxy_header.hpp"
 
 #include <boost/beast/http/error.hpp>
 
@@ -105,7 +106,11 @@ session::~session() {
 }
 
 awaitable<void> session::run() {
-    while (co_await serve_one()) first_ = false;
+    if (auto client = co_await read_proxy_header(w_, client_, track_, peer_)) {
+        peer_ = *client;
+        client_ip_ = peer_.to_string();
+        while (co_await serve_one()) first_ = false;
+    }
     error_code ec;
     client_.socket().close(ec);
 }

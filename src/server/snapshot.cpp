@@ -18,6 +18,8 @@ snapshot::snapshot(std::shared_ptr<const config::config> c, metrics::registry& m
       policies(limit::compile_policies(*cfg)),
       router(*cfg, policies),
       clients(cfg->clients),
+      proxy_trusted(cfg->server.proxy_protocol ? identity::cidr_set(cfg->server.proxy_protocol->trusted)
+                                               : identity::cidr_set()),
       unmatched_slot(m.slot("route", "unmatched")),
       generation(next_generation()) {
     for (auto& p : policies) p.metric_slot = m.slot("policy", p.name);

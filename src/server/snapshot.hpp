@@ -6,6 +6,7 @@
 #pragma once
 
 #include "config/config.hpp"
+#include "identity/address.hpp"
 #include "identity/caller.hpp"
 #include "limit/policy.hpp"
 #include "metrics/metrics.hpp"
@@ -25,8 +26,9 @@ struct snapshot {
     std::vector<limit::policy> policies;
     route::router router;
     identity::clients clients;
-    std::size_t unmatched_slot = 0;  // metrics slot for requests no route matches
-    std::uint64_t generation = 0;    // unique per snapshot: caches built for one know they are stale
+    identity::cidr_set proxy_trusted;  // server.proxy_protocol.trusted (empty when unset)
+    std::size_t unmatched_slot = 0;    // metrics slot for requests no route matches
+    std::uint64_t generation = 0;      // unique per snapshot: caches built for one know they are stale
 };
 
 }  // namespace sluice::server

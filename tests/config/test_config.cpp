@@ -334,6 +334,11 @@ TEST_CASE("valid_full.yaml sets every field") {
     CHECK(c->server.drain_timeout == 0ms);
     CHECK(c->server.max_header_bytes == 32768);
     CHECK(c->server.max_body_bytes == 1073741824);
+    REQUIRE(c->server.proxy_protocol);
+    CHECK(c->server.proxy_protocol->trusted.size() == 3);
+    CHECK(c->server.proxy_protocol->trusted[1] == *cfg::parse_cidr("fd00::/8"));
+    CHECK(c->server.proxy_protocol->trusted[2] == *cfg::parse_cidr("192.0.2.7/32"));
+    CHECK(c->server.proxy_protocol->header_timeout == 3s);
 
     CHECK(c->admin.listen.host == "::1");
     CHECK(c->admin.listen.port == 19090);
@@ -594,6 +599,30 @@ TEST_CASE("a minimal config keeps every default") {
     CHECK(c->response.headers == cfg::response_config::header_style::ietf);
     CHECK(c->policies.empty());
     CHECK(c->routes.empty());
+}
+
+TEST_CASE("server.proxy_protocol: off unless set, header_timeout defaults to server.header_timeout") {
+    auto c = cfg::load_string("upstream: { url: \"http://127.0.0.1:3000\" }\n", "off.yaml");
+    CHECK_FALSE(c->server.proxy_protocol);
+    // The default follows server.header_timeout wherever it is written in the section.
+    c = cfg::load_string(R"(
+upstream: { url: "http://127.0.0.1:3000" }
+server:
+  proxy_protocol: { trusted: ["127.0.0.1", "::1"] }
+  header_timeout: 750ms
+)",
+                         "default.yaml");
+    REQUIRE(c->server.proxy_protocol);
+    CHECK(c->server.proxy_protocol->trusted.size() == 2);
+    CHECK(c->server.proxy_protocol->header_timeout == 750ms);
+    c = cfg::load_string(R"(
+upstream: { url: "http://127.0.0.1:3000" }
+server:
+  proxy_protocol: { trusted: ["127.0.0.1"], header_timeout: 2s }
+)",
+                         "own.yaml");
+    CHECK(c->server.proxy_protocol->header_timeout == 2s);
+    CHECK(c->server.header_timeout == 10s);
 }
 
 TEST_CASE("store.on_error local with store.fleet_size") {

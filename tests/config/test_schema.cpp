@@ -38,6 +38,8 @@ TEST_CASE("schema_keys: every key once, list items as [] and names the user choo
     const auto keys = cfg::schema_keys();
     for (const char* key : {"server.listen",
                             "server.max_body_bytes",
+                            "server.proxy_protocol.trusted",
+                            "server.proxy_protocol.header_timeout",
                             "admin.listen",
                             "upstream.url",
                             "proxy.request_buffer_bytes",

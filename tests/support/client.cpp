@@ -3,6 +3,7 @@
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/http.hpp>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -57,7 +58,22 @@ short wait_fd(int fd, short events, clock::time_point deadline) {
     }
 }
 
-int connect_to(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout) {
+// Binds `fd` to the IP literal `source` (any port) before it connects.
+bool bind_source(int fd, int family, const std::string& source) {
+    if (family == AF_INET) {
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        if (::inet_pton(AF_INET, source.c_str(), &a.sin_addr) != 1) return errno = EINVAL, false;
+        return ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    }
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    if (::inet_pton(AF_INET6, source.c_str(), &a.sin6_addr) != 1) return errno = EINVAL, false;
+    return ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+}
+
+int connect_to(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout,
+               const std::string& source) {
     const auto deadline = clock::now() + timeout;
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -76,6 +92,11 @@ int connect_to(const std::string& host, std::uint16_t port, std::chrono::millise
         }
         int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (!source.empty() && !bind_source(fd, ai->ai_family, source)) {
+            last_error = "bind " + source + ": " + std::strerror(errno);
+            ::close(fd);
+            continue;
+        }
         int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
         if (rc != 0 && errno == EINPROGRESS) {
             short ev = wait_fd(fd, POLLOUT, deadline);
@@ -183,8 +204,8 @@ std::size_t response::count_header(std::string_view name) const {
 // ---------------------------------------------------------------------------------------------
 // connection
 
-connection::connection(std::string host, std::uint16_t port, std::chrono::milliseconds timeout)
-    : fd_(connect_to(host, port, timeout)), timeout_(timeout) {}
+connection::connection(std::string host, std::uint16_t port, std::chrono::milliseconds timeout, std::string source)
+    : fd_(connect_to(host, port, timeout, source)), timeout_(timeout) {}
 
 connection::~connection() { close(); }
 

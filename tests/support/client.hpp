@@ -32,8 +32,9 @@ struct response {
 class connection {
 public:
     // Connects to host (IP literal or name) within `timeout`; `timeout` also bounds each later
-    // send() and read_response() call.
-    connection(std::string host, std::uint16_t port, std::chrono::milliseconds timeout = 10s);
+    // send() and read_response() call. `source`: an IP literal to connect from ("127.0.0.2";
+    // any address of 127.0.0.0/8 is local on Linux), "" for the kernel's choice.
+    connection(std::string host, std::uint16_t port, std::chrono::milliseconds timeout = 10s, std::string source = "");
     ~connection();
     connection(connection&& other) noexcept;
     connection& operator=(connection&& other) noexcept;
