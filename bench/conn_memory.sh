@@ -4,8 +4,9 @@
 # when idle, with IDLE keep-alive client connections open (each has made one request and
 # waits), and with UPLOADS clients part-way through a streamed upload at once (headers and
 # the first CHUNK bytes of a 16 MiB body sent, the rest held back). One worker each, their
-# default request buffering (Sluice reads ahead up to proxy.request_buffer_bytes, 128 KiB;
-# nginx buffers to memory up to client_body_buffer_size, then to a temporary file).
+# default request buffering (Sluice reads ahead up to proxy.request_buffer_bytes, 128 KiB, then
+# streams the body to the upstream, which takes it; nginx buffers to memory up to
+# client_body_buffer_size, then to a temporary file).
 #
 # usage: bench/conn_memory.sh    env: IDLE (10000), UPLOADS (1000), CHUNK (262144),
 #        RUNS (3), SLUICE_BIN (build/sluice). Prints the median of RUNS runs, in MiB.
@@ -61,7 +62,11 @@ http {
 EOF
 }
 
-nginx_conf "$work/up" "server { listen 127.0.0.1:$up_port; location / { return 200 \"ok\\n\"; } }"
+# /up reads the upload as it comes (nginx buffers a body before proxying it, and the 16 MiB
+# never arrive): an upstream taking the body, so that the proxy in front streams it. An
+# upstream answering at once would have Sluice answer the client early and linger instead.
+nginx_conf "$work/up" "server { listen 127.0.0.1:$up_port; location / { return 200 \"ok\\n\"; }
+    location /up { proxy_pass http://127.0.0.1:$up_port/; } }"
 nginx -p "$work/up" -c "$work/up/nginx.conf" -g 'daemon off;' & pids+=($!)
 nginx_conf "$work/ng" "upstream b { server 127.0.0.1:$up_port; keepalive 64; }
     server { listen 127.0.0.1:$ng_port; location / { proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"

@@ -9,12 +9,19 @@
 #include <spdlog/spdlog.h>
 #include <boost/program_options.hpp>
 
+#include <malloc.h>
+
 #include <csignal>
 #include <iostream>
 
 namespace po = boost::program_options;
 
 int main(int argc, char** argv) {
+    // Buffers of 64 KiB and more (a body's pieces, a read-ahead) are mapped for their use and
+    // unmapped after: what a burst of uploads held goes back to the system once they stream on,
+    // where glibc's heap would keep it (its own threshold rises to 32 MiB as blocks are freed).
+    // Costs a mapping and its page faults per such buffer: only bodies larger than a piece.
+    mallopt(M_MMAP_THRESHOLD, 64 * 1024);
     // Until the gateway installs its reload handler, a SIGHUP (a deploy script reloading a
     // moment too early) must not kill the process: there is nothing to reload yet.
     std::signal(SIGHUP, SIG_IGN);

@@ -68,7 +68,8 @@ public:
     // bytes to `out`, which is flushed to dst once it passes piece_size and whenever the
     // parser needs more input, so memory stays bounded whatever the body size. Whatever
     // `out` holds on entry (a head) goes first. Each read waits at most `read_timeout` and,
-    // with a `deadline`, none past it; each write at most `write_timeout`.
+    // with a `deadline`, none past it; each write at most `write_timeout`. With a `deadline`
+    // (a request body), a source that sent less than a piece is awaited holding no buffer.
     template <class Parser>
     awaitable<pump_result> pump(Parser& p, stream& src, boost::beast::flat_buffer& buf,
                                 http::clock::duration read_timeout, body_deadline* deadline, stream& dst,

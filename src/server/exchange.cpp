@@ -106,7 +106,11 @@ awaitable<after> session::exchange() {
 awaitable<std::optional<http::failure>> session::read_body_ahead(body_framing& framing, std::uint64_t& size) {
     if (!cfg_->proxy.request_buffering) co_return std::nullopt;
     auto& p = *parser_;
-    auto r = co_await relay_.fill(p, client_, in_, req_.body_deadline, req_.body, cfg_->proxy.request_buffer_bytes);
+    const auto limit = cfg_->proxy.request_buffer_bytes;
+    // Room for what will be read at once: doubling as it grows could hold twice as much.
+    if (auto length = p.content_length())
+        req_.body.reserve(std::min<std::uint64_t>(*length, limit + proxy::piece_size));
+    auto r = co_await relay_.fill(p, client_, in_, req_.body_deadline, req_.body, limit);
     if (r.failed == proxy::pump_result::parse)
         co_return r.ec == bhttp::error::body_limit ? fail::too_large : fail::bad_body;
     if (r.failed == proxy::pump_result::read)
@@ -154,6 +158,8 @@ awaitable<session::step> session::send_request(body_framing framing, std::uint64
                               framing, size);
     if (framing == body_framing::chunked && !req_.body.empty()) append_chunk(out_, req_.body);
     if (framing == body_framing::length) out_ += req_.body;
+    // Streamed on: the read-ahead is in out_ now, and no retry will want it again.
+    if (!p.is_done()) std::string().swap(req_.body);
 
     proxy::pump_result r;
     if (p.is_done()) {

@@ -25,9 +25,7 @@ constexpr std::size_t linger_bytes = 4 * base::MiB;
 // typical answers, so that the common request allocates nothing. A request that needed more
 // gives it back when it ends.
 constexpr std::size_t kept_bytes = 16 * base::KiB;
-// The read buffer an idle keep-alive connection keeps. A request's first read goes straight
-// into it (waiting for readability first would cost a syscall per request), and most heads
-// fit; a longer one is read on 16 KiB at a time.
+// A request's first read: most heads fit; a longer one is read on 16 KiB at a time.
 constexpr std::size_t first_read_bytes = 1024;
 
 identity::address peer_address(const tcp::socket& s) {
@@ -94,6 +92,7 @@ session::session(worker& w, tcp::socket s)
     w_.open_connections.fetch_add(1, std::memory_order_relaxed);
     error_code ec;
     client_.socket().set_option(tcp::no_delay(true), ec);
+    client_.socket().non_blocking(true, ec);  // await_request()'s direct read
     track_.on_sweep = [this] { check_client_left(); };
 }
 
@@ -106,13 +105,51 @@ session::~session() {
 }
 
 awaitable<void> session::run() {
-    if (auto client = co_await read_proxy_header(w_, client_, track_, peer_)) {
+    if (auto client = co_await read_proxy_header(w_, client_.socket(), track_, peer_)) {
         peer_ = *client;
         client_ip_ = peer_.to_string();
-        while (co_await serve_one()) first_ = false;
+        for (;;) {
+            const bool keep = co_await serve_one();  // its frame is freed before the idle wait
+            if (!keep) break;
+            if (!co_await await_request()) break;
+            first_ = false;
+        }
     }
     error_code ec;
     client_.socket().close(ec);
+}
+
+// Between two requests, as nginx does: a direct read first (a busy client's next request is
+// often there already, and asio's own read would try the same read); only when nothing came
+// is every per-request buffer given back and readability awaited holding none. The wait is
+// run()'s: the frames of serve_one() and its phases are gone meanwhile. The cost of an idle
+// wait over a read is one epoll_ctl (asio re-arms the descriptor for an async_wait). False:
+// the client left, or the idle timeout or a drain ended the wait.
+awaitable<bool> session::await_request() {
+    if (in_.size() > 0) co_return true;                          // pipelined
+    if (in_.capacity() > first_read_bytes) in_.shrink_to_fit();  // a long head's or a body's
+    error_code ec;
+    const auto n = client_.read_some_now(in_.prepare(first_read_bytes), ec);
+    in_.commit(n);
+    if (n > 0 || (ec && ec != asio::error::would_block)) co_return true;  // read_head hears an end or error
+    release_idle();
+    track_.idle = true;
+    track_.arm(cfg_->server.idle_timeout);
+    auto [waited] = co_await client_.socket().async_wait(tcp::socket::wait_read, http::use_tuple);
+    co_return !waited;
+}
+
+// What an idle connection does not need: buffers and the last request's state (the
+// connection's own, its address and the limit step's caches, stay).
+void session::release_idle() {
+    in_.shrink_to_fit();
+    std::string().swap(out_);
+    std::string().swap(target_text_);
+    req_ = request_state{};
+    head_ = {};
+    resp_ = {};
+    parser_.reset();
+    resp_parser_.reset();
 }
 
 awaitable<bool> session::serve_one() {
@@ -172,7 +209,6 @@ awaitable<session::head_status> session::read_head() {
     bool header_armed = got_some || first_;
     track_.idle = !got_some;
     track_.arm(header_armed ? cfg_->server.header_timeout : cfg_->server.idle_timeout);
-    if (!got_some && in_.capacity() > first_read_bytes) in_.shrink_to_fit();
     for (;;) {
         if (in_.size() > 0) {
             req_.open = true;

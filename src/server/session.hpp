@@ -80,6 +80,8 @@ private:
 
     // session.cpp: the phases
     boost::asio::awaitable<bool> serve_one();
+    boost::asio::awaitable<bool> await_request();
+    void release_idle();
     boost::asio::awaitable<after> phases();
     boost::asio::awaitable<head_status> read_head();
     std::optional<failure> check_head();

@@ -39,6 +39,22 @@ void stream::start_tls(ssl_ptr ssl) {
     sock_.non_blocking(true, ec);  // OpenSSL calls recv and send on the descriptor itself
 }
 
+std::size_t stream::read_some_now(boost::asio::mutable_buffer b, error_code& ec) {
+    ec = {};
+    if (!ssl_) return sock_.read_some(b, ec);  // the socket is non-blocking: would_block
+    std::size_t n = 0;
+    const int r = SSL_read_ex(ssl_.get(), b.data(), b.size(), &n);
+    if (r > 0) return n;
+    const int e = SSL_get_error(ssl_.get(), r);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+        ERR_clear_error();
+        ec = boost::asio::error::would_block;
+        return 0;
+    }
+    ec = ssl_error(ssl_.get(), r);
+    return 0;
+}
+
 void stream::shutdown_send() {
     if (ssl_ && SSL_is_init_finished(ssl_.get())) {
         SSL_shutdown(ssl_.get());

@@ -88,6 +88,10 @@ public:
         });
     }
 
+    // A read that never waits: would_block when nothing is there yet. On TLS, the
+    // socket's readability says nothing until this has failed so (OpenSSL may hold bytes).
+    std::size_t read_some_now(boost::asio::mutable_buffer b, error_code& ec);
+
     // Sends what ends our side: close_notify on TLS (once, without waiting: a peer that
     // does not read it loses nothing it asked for), then the TCP shutdown of sending.
     void shutdown_send();
