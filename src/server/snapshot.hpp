@@ -11,6 +11,7 @@
 #include "limit/policy.hpp"
 #include "metrics/metrics.hpp"
 #include "route/router.hpp"
+#include "tls/server_context.hpp"
 
 #include <memory>
 #include <vector>
@@ -26,9 +27,10 @@ struct snapshot {
     std::vector<limit::policy> policies;
     route::router router;
     identity::clients clients;
-    identity::cidr_set proxy_trusted;  // server.proxy_protocol.trusted (empty when unset)
-    std::size_t unmatched_slot = 0;    // metrics slot for requests no route matches
-    std::uint64_t generation = 0;      // unique per snapshot: caches built for one know they are stale
+    identity::cidr_set proxy_trusted;                 // server.proxy_protocol.trusted (empty when unset)
+    std::shared_ptr<const tls::server_contexts> tls;  // server.tls's certificates; null without
+    std::size_t unmatched_slot = 0;                   // metrics slot for requests no route matches
+    std::uint64_t generation = 0;                     // unique per snapshot: caches built for one know they are stale
 };
 
 }  // namespace sluice::server
