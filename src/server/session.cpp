@@ -119,6 +119,7 @@ awaitable<void> session::run() {
         if (!co_await await_request()) break;
         first_ = false;
     }
+    if (client_.secure()) client_.shutdown_send();  // close_notify: the end is not a truncation
     error_code ec;
     client_.socket().close(ec);
 }

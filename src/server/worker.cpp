@@ -20,6 +20,8 @@ clock::duration sweep_tick(const config::config& c) {
     auto shortest =
         std::min({c.server.header_timeout, c.server.idle_timeout, c.upstream.connect_timeout, c.upstream.timeout});
     if (c.server.proxy_protocol) shortest = std::min(shortest, c.server.proxy_protocol->header_timeout);
+    if (c.server.tls && c.server.tls->handshake_timeout.count() > 0)
+        shortest = std::min(shortest, c.server.tls->handshake_timeout);
     auto tick = std::chrono::duration_cast<clock::duration>(shortest) / 10;
     return std::clamp<clock::duration>(tick, std::chrono::milliseconds(5), std::chrono::milliseconds(100));
 }
