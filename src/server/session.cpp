@@ -5,6 +5,8 @@
 #include "identity/identify.hpp"
 #include "server/proxy_header.hpp"
 
+#include <boost/asio/co_spawn.hpp>
+
 #include <boost/beast/http/error.hpp>
 
 namespace sluice::server {
@@ -75,53 +77,106 @@ void request_state::reset(std::size_t unmatched_slot) {
     body.clear();
 }
 
+namespace {
+
+awaitable<void> serve_requests(std::unique_ptr<connection> c, bool fresh);
+
+// The session lives in this coroutine's frame, gone when it returns. True: idle.
+awaitable<bool> run_session(connection& c, bool fresh) {
+    session s(c);
+    bool opened = true;  // no co_await inside && or ||: GCC 12 miscompiles some
+    if (fresh) opened = co_await s.open();
+    if (!opened) co_return false;
+    co_return co_await s.run();
+}
+
+// Waits for the client's next request holding the connection alone; the idle timeout, a
+// drain or the client's leaving ends it.
+void wait_idle(std::unique_ptr<connection> c) {
+    connection& conn = *c;
+    conn.track.idle = true;
+    conn.track.arm(conn.w.snap->cfg->server.idle_timeout);
+    conn.client.socket().async_wait(tcp::socket::wait_read, [c = std::move(c)](error_code ec) mutable {
+        if (ec) return c->close();
+        worker& w = c->w;
+        asio::co_spawn(w.ioc, serve_requests(std::move(c), false), base::log_exception("connection"));
+    });
+}
+
+awaitable<void> serve_requests(std::unique_ptr<connection> c, bool fresh) {
+    const bool idle = co_await run_session(*c, fresh);
+    if (idle)
+        wait_idle(std::move(c));
+    else
+        c->close();
+}
+
+}  // namespace
+
 awaitable<void> serve(worker& w, tcp::socket socket, bool tls) {
-    session s(w, std::move(socket), tls);
-    co_await s.run();
+    co_await serve_requests(std::make_unique<connection>(w, std::move(socket), tls), true);
 }
 
-session::session(worker& w, tcp::socket s, bool tls)
-    : w_(w),
-      snap_(w.snap),
-      cfg_(snap_->cfg.get()),
-      client_(std::move(s)),
-      peer_(peer_address(client_.socket())),
-      client_ip_(peer_.to_string()),
-      track_(w.connections, client_.socket()) {
-    w_.metrics.connection_opened();
-    w_.open_connections.fetch_add(1, std::memory_order_relaxed);
+connection::connection(worker& owner, tcp::socket s, bool on_tls)
+    : w(owner),
+      client(std::move(s)),
+      peer(peer_address(client.socket())),
+      client_ip(peer.to_string()),
+      track(w.connections, client.socket()),
+      tls(on_tls) {
+    w.metrics.connection_opened();
+    w.open_connections.fetch_add(1, std::memory_order_relaxed);
     error_code ec;
-    client_.socket().set_option(tcp::no_delay(true), ec);
-    client_.socket().non_blocking(true, ec);  // await_request()'s direct read
-    track_.on_sweep = [this] { check_client_left(); };
-    tls_ = tls;
+    client.socket().set_option(tcp::no_delay(true), ec);
+    client.socket().non_blocking(true, ec);  // request_waiting()'s direct read
 }
 
-// Also reached when an exception leaves the coroutine: the gauge and the log stay right.
+connection::~connection() {
+    w.open_connections.fetch_sub(1, std::memory_order_relaxed);
+    w.metrics.connection_closed();
+}
+
+void connection::close() {
+    if (client.secure()) client.shutdown_send();
+    error_code ec;
+    client.socket().close(ec);
+}
+
+session::session(connection& c)
+    : c_(c),
+      w_(c.w),
+      snap_(w_.snap),
+      cfg_(snap_->cfg.get()),
+      client_(c.client),
+      peer_(c.peer),
+      client_ip_(c.client_ip),
+      track_(c.track) {
+    track_.on_sweep = [this] { check_client_left(); };
+}
+
+// Also reached when an exception leaves the coroutine: the log stays right.
 session::~session() {
     if (req_.open) end_request();
     release_upstream(false);
-    w_.open_connections.fetch_sub(1, std::memory_order_relaxed);
-    w_.metrics.connection_closed();
+    track_.on_sweep = nullptr;
 }
 
-awaitable<void> session::run() {
-    bool ready = false;
-    if (auto client = co_await read_proxy_header(w_, client_.socket(), track_, peer_)) {
-        peer_ = *client;
-        client_ip_ = peer_.to_string();
-        ready = true;
+awaitable<bool> session::open() {
+    auto client = co_await read_proxy_header(w_, client_.socket(), track_, peer_);
+    if (!client) co_return false;
+    peer_ = *client;
+    client_ip_ = peer_.to_string();
+    if (!c_.tls) co_return true;
+    co_return co_await handshake();
+}
+
+awaitable<bool> session::run() {
+    for (;;) {
+        const bool keep = co_await serve_one();
+        if (!keep) co_return false;
+        c_.first = false;
+        if (!request_waiting()) co_return true;
     }
-    if (ready && tls_) ready = co_await handshake();
-    while (ready) {
-        const bool keep = co_await serve_one();  // its frame is freed before the idle wait
-        if (!keep) break;
-        if (!co_await await_request()) break;
-        first_ = false;
-    }
-    if (client_.secure()) client_.shutdown_send();  // close_notify: the end is not a truncation
-    error_code ec;
-    client_.socket().close(ec);
 }
 
 // The TLS handshake, within server.tls.handshake_timeout (else server.header_timeout), at
@@ -153,41 +208,21 @@ awaitable<bool> session::handshake() {
     SSL* s = client_.ssl();
     w_.metrics.tls_handshake(tls_result::ok,
                              SSL_version(s) == TLS1_3_VERSION ? tls_version::tls1_3 : tls_version::tls1_2);
-    certificate_ = tls::client_name(s, cfg_->clients.user_certificate);
+    c_.certificate = tls::client_name(s, cfg_->clients.user_certificate);
     co_return true;
 }
 
-// Between two requests, as nginx does: a direct read first (a busy client's next request is
-// often there already, and asio's own read would try the same read); only when nothing came
-// is every per-request buffer given back and readability awaited holding none. The wait is
-// run()'s: the frames of serve_one() and its phases are gone meanwhile. The cost of an idle
-// wait over a read is one epoll_ctl (asio re-arms the descriptor for an async_wait). False:
-// the client left, or the idle timeout or a drain ended the wait.
-awaitable<bool> session::await_request() {
-    if (in_.size() > 0) co_return true;                          // pipelined
-    if (in_.capacity() > first_read_bytes) in_.shrink_to_fit();  // a long head's or a body's
+// Between two requests, as nginx does: a direct read (a busy client's next request is often
+// there already, and asio's own read would try the same read). Nothing there: the session
+// ends and the connection waits idle (serve_requests). True: bytes, or the client's end or
+// an error, which read_head will hear.
+bool session::request_waiting() {
+    if (in_.size() > 0) return true;  // pipelined
+    if (in_.capacity() > first_read_bytes) in_.shrink_to_fit();
     error_code ec;
     const auto n = client_.read_some_now(in_.prepare(first_read_bytes), ec);
     in_.commit(n);
-    if (n > 0 || (ec && ec != asio::error::would_block)) co_return true;  // read_head hears an end or error
-    release_idle();
-    track_.idle = true;
-    track_.arm(cfg_->server.idle_timeout);
-    auto [waited] = co_await client_.socket().async_wait(tcp::socket::wait_read, http::use_tuple);
-    co_return !waited;
-}
-
-// What an idle connection does not need: buffers and the last request's state (the
-// connection's own, its address and the limit step's caches, stay).
-void session::release_idle() {
-    in_.shrink_to_fit();
-    std::string().swap(out_);
-    std::string().swap(target_text_);
-    req_ = request_state{};
-    head_ = {};
-    resp_ = {};
-    parser_.reset();
-    resp_parser_.reset();
+    return n > 0 || (ec && ec != asio::error::would_block);
 }
 
 awaitable<bool> session::serve_one() {
@@ -244,7 +279,7 @@ awaitable<session::head_status> session::read_head() {
     p.limit_body(cfg_->server.max_body_bytes);
 
     bool got_some = in_.size() > 0;
-    bool header_armed = got_some || first_;
+    bool header_armed = got_some || c_.first;
     track_.idle = !got_some;
     track_.arm(header_armed ? cfg_->server.header_timeout : cfg_->server.idle_timeout);
     for (;;) {
@@ -284,7 +319,7 @@ bool session::identify() {
         limited ? std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                       .count()
                 : 0;
-    auto r = identity::identify(snap_->clients, head_, peer_, limited, now, certificate_);
+    auto r = identity::identify(snap_->clients, head_, peer_, limited, now, c_.certificate);
     req_.who = std::move(r.who);
     if (!r.refused) return true;
     req_.refusal = std::move(r.reason);

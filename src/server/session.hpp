@@ -33,9 +33,34 @@
 
 namespace sluice::server {
 
-// Serves one accepted connection until it closes. The session lives in the coroutine frame.
-// `tls`: accepted on the TLS listener (the handshake comes first, after a PROXY header).
+// Serves one accepted connection until it closes. `tls`: accepted on the TLS listener (the
+// handshake comes first, after a PROXY header).
+//
+// While requests come, a `session` serves them, in the frame of a coroutine; once none is
+// waiting, the session ends and the connection waits for readability in a plain handler
+// holding the `connection` alone (no coroutine frame, no buffer): an idle keep-alive
+// connection costs its socket, SSL and the few fields below. A new session starts when
+// the client speaks again.
 boost::asio::awaitable<void> serve(worker& w, boost::asio::ip::tcp::socket socket, bool tls);
+
+// What a client connection keeps between requests.
+struct connection {
+    connection(worker& w, boost::asio::ip::tcp::socket s, bool tls);
+    ~connection();
+    connection(const connection&) = delete;
+    connection& operator=(const connection&) = delete;
+    // Ends it: close_notify on TLS (the end is not a truncation), then the socket closed.
+    void close();
+
+    worker& w;
+    tls::stream client;
+    identity::address peer;  // the TCP peer, or the source a PROXY header gave
+    std::string client_ip;
+    http::tracked_connection track;
+    std::string certificate;  // the user a verified client certificate names (clients.user.certificate)
+    bool tls = false;         // a TLS listener's connection (secure once its handshake is done)
+    bool first = true;        // no request served yet
+};
 
 // What becomes of the client connection once a request is answered.
 enum class after { keep_alive, close, linger };
@@ -62,12 +87,16 @@ struct request_state {
 
 class session {
 public:
-    session(worker& w, boost::asio::ip::tcp::socket s, bool tls);
+    explicit session(connection& c);
     ~session();
     session(const session&) = delete;
     session& operator=(const session&) = delete;
 
-    boost::asio::awaitable<void> run();
+    // A new connection's PROXY header and TLS handshake; false: it is to be closed.
+    boost::asio::awaitable<bool> open();
+    // Serves requests while they come; true: none is waiting now (the connection is idle),
+    // false: the connection is to be closed.
+    boost::asio::awaitable<bool> run();
 
 private:
     using failure = http::failure;
@@ -81,8 +110,7 @@ private:
 
     // session.cpp: the phases
     boost::asio::awaitable<bool> serve_one();
-    boost::asio::awaitable<bool> await_request();
-    void release_idle();
+    bool request_waiting();
     boost::asio::awaitable<after> phases();
     boost::asio::awaitable<head_status> read_head();
     boost::asio::awaitable<bool> handshake();
@@ -109,13 +137,14 @@ private:
     boost::asio::awaitable<after> relay_response();
     void release_upstream(bool reuse);
 
+    connection& c_;
     worker& w_;
     std::shared_ptr<const snapshot> snap_;  // the snapshot the current request started with
     const config::config* cfg_;
-    tls::stream client_;
-    identity::address peer_;
-    std::string client_ip_;
-    http::tracked_connection track_;
+    tls::stream& client_;
+    identity::address& peer_;
+    std::string& client_ip_;
+    http::tracked_connection& track_;
     proxy::relay relay_{track_};
     limit_step limits_{w_};  // admission, and the concurrency slots of the request being served
     request_state req_;
@@ -130,11 +159,7 @@ private:
     std::optional<http::request_parser> parser_;
     std::optional<http::response_parser> resp_parser_;
     std::unique_ptr<proxy::upstream_connection> up_;  // watched by track_ while held
-    bool first_ = true;
-    bool client_left_ = false;
-    bool tls_ = false;         // a TLS listener's connection (secure once its handshake is done)
-    std::string certificate_;  // the user a verified client certificate names (clients.user.certificate)  //
-                               // check_client_left() saw the client go while the upstream worked
+    bool client_left_ = false;                        // check_client_left() saw the client go while the upstream worked
 };
 
 }  // namespace sluice::server
