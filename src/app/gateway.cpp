@@ -260,7 +260,7 @@ bool gateway::start() {
         if (access_log_) workers_.back()->access = &access_log_->lane_of(i);
     }
     try {
-        refuse_if_taken(endpoint_of(cfg_->server.listen));
+        if (cfg_->server.plain) refuse_if_taken(endpoint_of(cfg_->server.listen));
         if (cfg_->server.tls) refuse_if_taken(endpoint_of(cfg_->server.tls->listen));
         admin_ = std::make_unique<admin_server>(
             main_ioc_, endpoint_of(cfg_->admin.listen), metrics_, [this] { return store_readiness(); },
@@ -298,11 +298,13 @@ void gateway::wait_for_store(std::chrono::steady_clock::time_point deadline) {
 
 void gateway::open_listeners() {
     try {
-        auto ep = endpoint_of(cfg_->server.listen);
-        refuse_if_taken(ep);  // again: the wait may have been long
-        for (auto& w : workers_) {
-            open_acceptor(w->acceptor, ep);
-            ep = w->acceptor.local_endpoint();
+        if (cfg_->server.plain) {
+            auto ep = endpoint_of(cfg_->server.listen);
+            refuse_if_taken(ep);  // again: the wait may have been long
+            for (auto& w : workers_) {
+                open_acceptor(w->acceptor, ep);
+                ep = w->acceptor.local_endpoint();
+            }
         }
         if (cfg_->server.tls) {
             auto tls_ep = endpoint_of(cfg_->server.tls->listen);
@@ -318,13 +320,14 @@ void gateway::open_listeners() {
         main_ioc_.stop();
         return;
     }
-    const auto bound = workers_[0]->acceptor.local_endpoint();  // before a worker uses the acceptor
+    // Read before a worker uses the acceptors.
+    const auto bound = cfg_->server.plain ? to_text(workers_[0]->acceptor.local_endpoint()) : std::string("off");
     const auto tls_bound = cfg_->server.tls ? to_text(workers_[0]->tls_acceptor.local_endpoint()) : std::string();
     for (auto& w : workers_) asio::post(w->ioc, [w = w.get()] { w->accept(); });
     listening_.store(true, std::memory_order_release);
-    // Printed at any log level: scripts and tests read the port from this line.
-    std::fprintf(stderr, "sluice: proxy listening on %s (%u workers), upstream %s:%u\n", to_text(bound).c_str(),
-                 threads_, cfg_->upstream.url.host.c_str(), unsigned{cfg_->upstream.url.port});
+    // Printed at any log level: scripts and tests read the ports from these lines.
+    std::fprintf(stderr, "sluice: proxy listening on %s (%u workers), upstream %s:%u\n", bound.c_str(), threads_,
+                 cfg_->upstream.url.host.c_str(), unsigned{cfg_->upstream.url.port});
     if (!tls_bound.empty()) std::fprintf(stderr, "sluice: TLS listening on %s\n", tls_bound.c_str());
 }
 

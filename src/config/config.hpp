@@ -92,6 +92,7 @@ struct tls_config {
 
 struct server_config {
     address listen{"0.0.0.0", 8080};
+    bool plain = true;     // false: `listen: off`, only the TLS listener (server.tls) serves
     unsigned threads = 0;  // 0 = hardware threads
     std::size_t max_connections = 10000;
     duration header_timeout = std::chrono::seconds(10);

@@ -24,11 +24,30 @@ proxy_protocol_config read_proxy_protocol(const node_ref& n) {
 
 }  // namespace
 
+namespace {
+
+// server.listen (an address, or off) is taken at start only.
+bool keep_plain_listener(config& next, const config& running) {
+    const bool changed = next.server.plain != running.server.plain ||
+                         (running.server.plain && next.server.listen != running.server.listen);
+    next.server.plain = running.server.plain;
+    next.server.listen = running.server.listen;
+    return changed;
+}
+
+}  // namespace
+
 void read_server(const node_ref& n, server_config& out) {
+    std::optional<node_ref> plain_at;
     read_mapping(
         n, {
-               {"listen", [&](const node_ref& v) { out.listen = read_address(v); }, presence::optional,
-                restart_only<&config::server, &server_config::listen>},
+               {"listen",
+                [&](const node_ref& v) {
+                    out.plain = !v.node().IsScalar() || v.node().Scalar() != "off";
+                    if (out.plain) out.listen = read_address(v);
+                    plain_at = v;
+                },
+                presence::optional, keep_plain_listener},
                {"threads", [&](const node_ref& v) { out.threads = schema::read_uint_as(v, 0u, 1024u); },
                 presence::optional, restart_only<&config::server, &server_config::threads>},
                {"max_connections",
@@ -50,6 +69,8 @@ void read_server(const node_ref& n, server_config& out) {
     // Without a header_timeout of its own, the PROXY header has the request head's.
     if (out.proxy_protocol && out.proxy_protocol->header_timeout == duration{})
         out.proxy_protocol->header_timeout = out.header_timeout;
+    if (!out.plain && !out.tls && plain_at)
+        plain_at->fail("off needs server.tls: without a TLS listener the proxy would have no listener");
 }
 
 void read_admin(const node_ref& n, admin_config& out) {

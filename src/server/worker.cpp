@@ -72,7 +72,8 @@ void worker::start() { connections.start(); }
 
 void worker::accept() {
     if (draining) return;
-    asio::co_spawn(ioc, accept_loop(*this, acceptor, false), base::log_exception("accept loop"));
+    if (acceptor.is_open())
+        asio::co_spawn(ioc, accept_loop(*this, acceptor, false), base::log_exception("accept loop"));
     if (tls_acceptor.is_open())
         asio::co_spawn(ioc, accept_loop(*this, tls_acceptor, true), base::log_exception("TLS accept loop"));
 }
