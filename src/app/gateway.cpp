@@ -59,6 +59,14 @@ std::string to_text(const tcp::endpoint& ep) {
 // share it as silently, each keeping its own counts. A probe without it fails to bind where
 // any socket listens. (Two gateways probing in the same instant can both pass: the window
 // is the time between this probe and the bind that follows it.)
+// upstream.tls.verify: false is allowed (a test upstream, a self-signed one) but said.
+void warn_if_unverified(const config::config& c) {
+    if (c.upstream.url.tls && !c.upstream.tls.verify)
+        spdlog::warn(
+            "upstream.tls.verify is false: the upstream's certificate is not verified, and anyone on the path can "
+            "read and change its traffic");
+}
+
 void refuse_if_taken(const tcp::endpoint& ep) {
     if (ep.port() == 0) return;
     asio::io_context ioc;
@@ -225,6 +233,7 @@ bool gateway::start() {
         spdlog::error("{}", e.what());
         return false;
     }
+    warn_if_unverified(*cfg_);
     const char* secret = std::getenv(cfg_->store.hash_secret_env.c_str());
     if (!secret || !*secret)
         spdlog::warn(
@@ -353,6 +362,7 @@ reload_result gateway::reload() {
         spdlog::warn("reload: {} changed but needs a restart; the running value stays in effect", key);
     cfg_ = result.cfg;
     spdlog::set_level(spdlog::level::from_str(cfg_->log.level));
+    warn_if_unverified(*cfg_);
     for (auto& w : workers_)
         asio::post(w->ioc, [w = w.get(), snap] {
             w->set_snapshot(snap);
