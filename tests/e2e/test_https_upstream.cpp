@@ -2,7 +2,8 @@
 // with a private CA (tls_files): requests pass, a new upstream connection resumes the last
 // session (nginx's $ssl_session_reused), a certificate of another CA or for another name
 // is a 502 counted as kind tls unless verify is false, mTLS with and without a client
-// certificate, a reload that changes upstream.tls, and a handshake that never ends.
+// certificate (and an openssl s_server that fails the handshake without one), a reload that
+// changes upstream.tls, and a handshake that never ends.
 #include "e2e.hpp"
 
 #include <netinet/in.h>
@@ -214,6 +215,24 @@ TEST_CASE("https upstream: mTLS with cert_file and key_file, a 502 without them"
         CHECK(r.body.find("No required SSL certificate was sent") != std::string::npos);
         CHECK(tls_errors(*gw) == 0);
     }
+}
+
+TEST_CASE("https upstream: an upstream that refuses the handshake without a client certificate is a 502") {
+    // openssl s_server -Verify fails a TLS 1.2 handshake that brings no certificate (nginx
+    // would let it pass and answer 400, as above).
+    tls_files f;
+    const auto port = unused_port();
+    process server({"openssl", "s_server", "-accept", "127.0.0.1:" + std::to_string(port), "-cert",
+                    f.file("server.pem"), "-key", f.file("server.key"), "-CAfile", f.file("ca.pem"), "-Verify", "1",
+                    "-tls1_2", "-www"});
+    server.wait_for_line("ACCEPT");
+    auto gw = start_gateway(gateway_yaml(port, {{"server.threads", "1"},
+                                                {"upstream.url", quoted("https://127.0.0.1:" + std::to_string(port))},
+                                                {"upstream.tls", ca_only(f)}}));
+    const auto r = fetch(gw->port, "GET", "/");
+    CHECK(r.status == 502);
+    CHECK(json_of(r).at("message").as_string() == "the upstream's TLS handshake failed");
+    CHECK(tls_errors(*gw) == 1);
 }
 
 TEST_CASE("https upstream: a reload that changes upstream.tls applies to new connections") {
