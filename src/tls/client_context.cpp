@@ -6,7 +6,6 @@
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
 
-#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
@@ -15,21 +14,10 @@ namespace sluice::tls {
 
 namespace {
 
-// Where an SSL finds its worker's cache, and an SSL_CTX its context's id (a number, not
-// the client_context: a pooled connection's SSL may outlive the snapshot that made it).
+// Where an SSL finds its worker's cache.
 int cache_index() {
     static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
     return index;
-}
-
-int context_id_index() {
-    static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
-    return index;
-}
-
-std::uint64_t next_id() {
-    static std::atomic<std::uint64_t> last{0};
-    return ++last;
 }
 
 // OpenSSL's reason for the last failure ("no certificate or crl found"); the queue is cleared.
@@ -52,8 +40,7 @@ std::string openssl_reason() {
 int on_new_session(SSL* ssl, SSL_SESSION* s) {
     auto* cache = static_cast<session_cache*>(SSL_get_ex_data(ssl, cache_index()));
     if (!cache || !SSL_SESSION_is_resumable(s)) return 0;
-    const auto id = reinterpret_cast<std::uintptr_t>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), context_id_index()));
-    if (SSL_SESSION* copy = SSL_SESSION_dup(s)) cache->keep(id, copy);
+    if (SSL_SESSION* copy = SSL_SESSION_dup(s)) cache->keep(SSL_get_SSL_CTX(ssl), copy);
     return 0;  // the connection's reference stays OpenSSL's
 }
 
@@ -83,7 +70,7 @@ void load_client_certificate(SSL_CTX* ctx, const config::upstream_tls_config& c)
 }  // namespace
 
 client_context::client_context(const config::upstream_config& c)
-    : ctx_(SSL_CTX_new(TLS_client_method())), verify_(c.tls.verify), id_(next_id()) {
+    : ctx_(SSL_CTX_new(TLS_client_method())), verify_(c.tls.verify) {
     if (!ctx_) throw std::runtime_error("cannot make a TLS context: " + openssl_reason());
     try {
         const auto& t = c.tls;
@@ -99,7 +86,6 @@ client_context::client_context(const config::upstream_config& c)
         // Sessions are kept by each worker (session_cache), none in the context.
         SSL_CTX_set_session_cache_mode(ctx_, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
         SSL_CTX_sess_set_new_cb(ctx_, on_new_session);
-        SSL_CTX_set_ex_data(ctx_, context_id_index(), reinterpret_cast<void*>(static_cast<std::uintptr_t>(id_)));
         name_ = t.server_name.empty() ? c.url.host : t.server_name;
         boost::system::error_code ec;
         boost::asio::ip::make_address(name_, ec);
@@ -137,15 +123,20 @@ ssl_ptr client_context::make_ssl(session_cache& cache) const {
 }
 
 session_cache::~session_cache() {
-    if (session_) SSL_SESSION_free(session_);
+    SSL_SESSION_free(session_);
+    SSL_CTX_free(ctx_);
 }
 
-SSL_SESSION* session_cache::get(const client_context& ctx) const { return ctx_id_ == ctx.id() ? session_ : nullptr; }
+SSL_SESSION* session_cache::get(const client_context& ctx) const { return ctx_ == ctx.native() ? session_ : nullptr; }
 
-void session_cache::keep(std::uint64_t ctx_id, SSL_SESSION* s) {
-    if (session_) SSL_SESSION_free(session_);
+void session_cache::keep(SSL_CTX* ctx, SSL_SESSION* s) {
+    SSL_SESSION_free(session_);
     session_ = s;
-    ctx_id_ = ctx_id;
+    if (ctx != ctx_) {
+        SSL_CTX_up_ref(ctx);
+        SSL_CTX_free(ctx_);
+        ctx_ = ctx;
+    }
 }
 
 std::string handshake_failure(SSL* ssl, const error_code& ec) {

@@ -12,7 +12,8 @@
 // arrives after the handshake, read with the first response; OpenSSL hands it over through
 // the context's new-session callback), offered on that worker's next connection so that the
 // handshake resumes. A session belongs to the context that made it: after a reload, a new
-// context starts afresh (its CAs or certificate may differ).
+// context starts afresh (its CAs or certificate may differ). The cache holds a reference to
+// that context, so that its address cannot be another context's meanwhile.
 //
 // Thread: client_context is immutable and shared; a session_cache and the SSL objects made
 // with it belong to one worker's thread.
@@ -23,7 +24,6 @@
 
 #include <openssl/ssl.h>
 
-#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -48,14 +48,13 @@ public:
 
     bool verifies() const { return verify_; }
     const std::string& server_name() const { return name_; }
-    std::uint64_t id() const { return id_; }
+    SSL_CTX* native() const { return ctx_; }
 
 private:
     SSL_CTX* ctx_;
     std::string name_;
     bool name_is_ip_ = false;
     bool verify_ = true;
-    std::uint64_t id_;
 };
 
 class session_cache {
@@ -68,11 +67,11 @@ public:
     // The session to offer on a connection made with `ctx` (null: none yet, or only one of
     // another context). Not owned by the caller.
     SSL_SESSION* get(const client_context& ctx) const;
-    // Keeps `s` (its reference is taken) as the one to offer next with context `ctx_id`.
-    void keep(std::uint64_t ctx_id, SSL_SESSION* s);
+    // Keeps `s` (its reference is taken) as the one to offer next on connections of `ctx`.
+    void keep(SSL_CTX* ctx, SSL_SESSION* s);
 
 private:
-    std::uint64_t ctx_id_ = 0;
+    SSL_CTX* ctx_ = nullptr;  // referenced while held
     SSL_SESSION* session_ = nullptr;
 };
 
