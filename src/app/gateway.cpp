@@ -41,6 +41,17 @@ void raise_fd_limit() {
 
 tcp::endpoint endpoint_of(const config::address& a) { return {asio::ip::make_address(a.host), a.port}; }
 
+// What a loaded config says an operator should look at, and the certificates the TLS
+// listener now serves (for sluice_tls_certificate_expiry_seconds).
+void took_config(const config::config& c, metrics::registry& m) {
+    for (const auto& w : c.warnings) spdlog::warn("{}", w);
+    std::vector<std::pair<std::string, std::int64_t>> certs;
+    if (c.server.tls)
+        for (const auto& cert : c.server.tls->certificates)
+            certs.emplace_back(cert.names.empty() ? cert.cert_file : cert.names.front(), cert.not_after);
+    m.set_certificates(std::move(certs));
+}
+
 std::vector<tcp::endpoint> resolve_upstream(const config::upstream_url& url) {
     asio::io_context ioc;
     tcp::resolver resolver(ioc);
@@ -55,10 +66,6 @@ std::string to_text(const tcp::endpoint& ep) {
                      : a.to_string() + ":" + std::to_string(ep.port());
 }
 
-// SO_REUSEPORT lets every worker's acceptor share the port, and would let another process
-// share it as silently, each keeping its own counts. A probe without it fails to bind where
-// any socket listens. (Two gateways probing in the same instant can both pass: the window
-// is the time between this probe and the bind that follows it.)
 // upstream.tls.verify: false is allowed (a test upstream, a self-signed one) but said.
 void warn_if_unverified(const config::config& c) {
     if (c.upstream.url.tls && !c.upstream.tls.verify)
@@ -67,6 +74,10 @@ void warn_if_unverified(const config::config& c) {
             "read and change its traffic");
 }
 
+// SO_REUSEPORT lets every worker's acceptor share the port, and would let another process
+// share it as silently, each keeping its own counts. A probe without it fails to bind where
+// any socket listens. (Two gateways probing in the same instant can both pass: the window
+// is the time between this probe and the bind that follows it.)
 void refuse_if_taken(const tcp::endpoint& ep) {
     if (ep.port() == 0) return;
     asio::io_context ioc;
@@ -233,6 +244,7 @@ bool gateway::start() {
         spdlog::error("{}", e.what());
         return false;
     }
+    took_config(*cfg_, metrics_);
     warn_if_unverified(*cfg_);
     const char* secret = std::getenv(cfg_->store.hash_secret_env.c_str());
     if (!secret || !*secret)
@@ -258,6 +270,7 @@ bool gateway::start() {
     }
     try {
         refuse_if_taken(endpoint_of(cfg_->server.listen));
+        if (cfg_->server.tls) refuse_if_taken(endpoint_of(cfg_->server.tls->listen));
         admin_ = std::make_unique<admin_server>(
             main_ioc_, endpoint_of(cfg_->admin.listen), metrics_, [this] { return store_readiness(); },
             [this] { return reload(); }, [this] { return offenders(); },
@@ -300,6 +313,14 @@ void gateway::open_listeners() {
             open_acceptor(w->acceptor, ep);
             ep = w->acceptor.local_endpoint();
         }
+        if (cfg_->server.tls) {
+            auto tls_ep = endpoint_of(cfg_->server.tls->listen);
+            refuse_if_taken(tls_ep);
+            for (auto& w : workers_) {
+                open_acceptor(w->tls_acceptor, tls_ep);
+                tls_ep = w->tls_acceptor.local_endpoint();
+            }
+        }
     } catch (const std::exception& e) {
         spdlog::error("cannot listen: {}", e.what());
         exit_code_ = 1;
@@ -307,11 +328,13 @@ void gateway::open_listeners() {
         return;
     }
     const auto bound = workers_[0]->acceptor.local_endpoint();  // before a worker uses the acceptor
+    const auto tls_bound = cfg_->server.tls ? to_text(workers_[0]->tls_acceptor.local_endpoint()) : std::string();
     for (auto& w : workers_) asio::post(w->ioc, [w = w.get()] { w->accept(); });
     listening_.store(true, std::memory_order_release);
     // Printed at any log level: scripts and tests read the port from this line.
     std::fprintf(stderr, "sluice: proxy listening on %s (%u workers), upstream %s:%u\n", to_text(bound).c_str(),
                  threads_, cfg_->upstream.url.host.c_str(), unsigned{cfg_->upstream.url.port});
+    if (!tls_bound.empty()) std::fprintf(stderr, "sluice: TLS listening on %s\n", tls_bound.c_str());
 }
 
 // Stop accepting, let in-flight requests finish, force the rest after drain_timeout.
@@ -361,6 +384,7 @@ reload_result gateway::reload() {
     for (const auto& key : result.restart_required)
         spdlog::warn("reload: {} changed but needs a restart; the running value stays in effect", key);
     cfg_ = result.cfg;
+    took_config(*cfg_, metrics_);
     spdlog::set_level(spdlog::level::from_str(cfg_->log.level));
     warn_if_unverified(*cfg_);
     for (auto& w : workers_)

@@ -42,6 +42,16 @@ constexpr bool is_token(std::string_view s) {
     return true;
 }
 
+// Whether a certificate name covers `host` (both lower case): equal, or a wildcard
+// "*.example.com" for exactly one label before "example.com" (RFC 6125 6.4.3, the
+// left-most label only).
+constexpr bool name_covers(std::string_view name, std::string_view host) {
+    if (name == host) return true;
+    if (name.size() < 3 || name.substr(0, 2) != "*.") return false;
+    const auto dot = host.find('.');
+    return dot != std::string_view::npos && dot > 0 && host.substr(dot) == name.substr(1);
+}
+
 inline constexpr char hex_digits[] = "0123456789abcdef";
 
 // Two lower-case hex digits per byte.

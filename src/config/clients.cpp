@@ -136,6 +136,16 @@ void read_user(const node_ref& n, clients_config& out) {
                              out.default_plan = read_checked(v, is_policy_name, bad_plan_name);
                              out.default_plan_at = v.where();
                          }},
+                        {"certificate",
+                         [&](const node_ref& v) {
+                             using name = clients_config::certificate_name;
+                             const auto s = schema::read_choice(v, {"subject_cn", "san_dns", "san_uri", "san_email"});
+                             out.user_certificate = s == "subject_cn" ? name::subject_cn
+                                                    : s == "san_dns"  ? name::san_dns
+                                                    : s == "san_uri"  ? name::san_uri
+                                                                      : name::san_email;
+                             out.user_certificate_at = v.where();
+                         }},
                     });
     if (out.api_keys && out.api_key_header.empty()) n.fail_at(n.mark(), n.path_of("api_keys"), api_keys_need_header);
 }

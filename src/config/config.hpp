@@ -62,6 +62,35 @@ struct proxy_protocol_config {
     bool operator==(const proxy_protocol_config&) const = default;
 };
 
+// One certificate of server.tls, read and checked at load: the PEM texts are what the TLS
+// contexts are built from, so a file changed after the check is never half-used.
+struct tls_certificate {
+    std::string cert_file, key_file;  // as written
+    std::string cert_pem, key_pem;    // the files' contents
+    std::vector<std::string> names;   // DNS names and IP addresses it is for (SAN, else the CN), lower case
+    std::int64_t not_after = 0;       // Unix seconds
+    std::string at;                   // "FILE:LINE:COLUMN: server.tls.certificates[i]"
+
+    bool operator==(const tls_certificate&) const = default;
+};
+
+// server.tls: the TLS listener.
+struct tls_config {
+    enum class client_certs { none, optional, required };
+    address listen{"0.0.0.0", 8443};
+    std::vector<tls_certificate> certificates;  // non-empty; the first is the default (no SNI, or no match)
+    int min_version = 0x0303;                   // TLS1_2_VERSION or TLS1_3_VERSION
+    std::vector<std::string> alpn{"http/1.1"};  // protocols offered, in preference order
+    duration handshake_timeout{0};              // 0: server.header_timeout
+    bool session_tickets = true;
+    std::size_t max_handshakes = 256;  // handshakes under way per worker; more are closed at once
+    std::string client_ca_file;        // "" = client certificates are not asked for
+    std::string client_ca_pem;
+    client_certs client_certificates = client_certs::none;
+
+    bool operator==(const tls_config&) const = default;
+};
+
 struct server_config {
     address listen{"0.0.0.0", 8080};
     unsigned threads = 0;  // 0 = hardware threads
@@ -74,6 +103,7 @@ struct server_config {
     std::size_t max_header_bytes = 16384;
     std::uint64_t max_body_bytes = 10 * base::MiB;
     std::optional<proxy_protocol_config> proxy_protocol;  // unset: no PROXY header is read
+    std::optional<tls_config> tls;                        // server.tls: unset = no TLS listener
 
     bool operator==(const server_config&) const = default;
 };
@@ -216,6 +246,10 @@ struct clients_config {
     std::vector<cidr> allow;                  // clients.allow: bypass every limit
     std::string default_plan;                 // clients.user.default_plan: one of config::plans ("" = none)
     std::string default_plan_at;              // where it was written ("FILE:LINE:COLUMN: PATH")
+    // clients.user.certificate: which name of a verified client certificate names the user
+    enum class certificate_name { none, subject_cn, san_dns, san_uri, san_email };
+    certificate_name user_certificate = certificate_name::none;
+    std::string user_certificate_at;  // where it was written ("FILE:LINE:COLUMN: PATH")
 
     bool operator==(const clients_config&) const = default;
 };
@@ -309,6 +343,9 @@ struct config {
     std::vector<plan_config> plans;       // in file order
     std::vector<policy_config> policies;  // in file order
     std::vector<route_config> routes;     // in file order; first match wins
+    // What is allowed but probably not meant ("FILE:LINE:COLUMN: PATH: why"), logged at
+    // start and at every reload.
+    std::vector<std::string> warnings;
 
     const policy_config* find_policy(std::string_view name) const;
     const plan_config* find_plan(std::string_view name) const;

@@ -33,6 +33,7 @@ void read_config(const node_ref& root, config& out) {
                        });
     check_plans(out);
     check_routes(out, route_nodes);
+    check_tls(out);
 }
 
 // Counts documents, stopping at the second: yaml-cpp 0.7's LoadAll() never ends on some

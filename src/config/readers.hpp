@@ -190,6 +190,12 @@ E read_enum(const node_ref& v, std::initializer_list<std::string_view> names) {
 
 // sections.cpp
 void read_server(const node_ref& n, server_config& out);
+// tls.cpp
+tls_config read_tls(const node_ref& n);
+std::string read_ca_file(const node_ref& v, std::string& path);  // the PEM text; `path` as written
+// Across sections: clients.user.certificate needs client certificates; warnings for route
+// hosts no certificate covers (config::warnings).
+void check_tls(config& c);
 void read_admin(const node_ref& n, admin_config& out);
 void read_upstream(const node_ref& n, upstream_config& out);
 void read_proxy(const node_ref& n, proxy_config& out);

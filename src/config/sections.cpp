@@ -69,6 +69,7 @@ void read_server(const node_ref& n, server_config& out) {
                     out.max_body_bytes = read_size(v, 0, std::numeric_limits<std::uint64_t>::max());
                 }},
                {"proxy_protocol", [&](const node_ref& v) { out.proxy_protocol = read_proxy_protocol(v); }},
+               {"tls", [&](const node_ref& v) { out.tls = read_tls(v); }},
            });
     // Without a header_timeout of its own, the PROXY header has the request head's.
     if (out.proxy_protocol && out.proxy_protocol->header_timeout == duration{})

@@ -3,7 +3,8 @@
 namespace sluice::identity {
 
 clients::clients(const config::clients_config& c) : cfg(c), trusted(c.trusted_proxies), allow(c.allow) {
-    if (!c.api_key_header.empty() || c.jwt) users.emplace(c);
+    if (!c.api_key_header.empty() || c.jwt || c.user_certificate != config::clients_config::certificate_name::none)
+        users.emplace(c);
 }
 
 }  // namespace sluice::identity

@@ -37,14 +37,14 @@ void identify_client(const clients& c, const http::message_head& req, const addr
 }  // namespace
 
 result identify(const clients& c, const http::message_head& req, const address& peer, bool wants_user,
-                std::int64_t now_unix_seconds) {
+                std::int64_t now_unix_seconds, std::string_view certificate) {
     result r;
     identify_client(c, req, peer, r.who);
     if (!wants_user || r.who.allow_listed || !c.users) return r;
     const user_resolver& users = *c.users;
     auto key = users.api_key_header().empty() ? std::nullopt : field(req, users.api_key_header());
     auto jwt = users.jwt_header() ? field(req, *users.jwt_header()) : std::nullopt;
-    auto user = users.resolve(key.value_or(""), jwt, now_unix_seconds);
+    auto user = users.resolve(key.value_or(""), jwt, now_unix_seconds, certificate);
     switch (user.status) {
         case user_result::status::none: break;
         case user_result::status::invalid:

@@ -21,10 +21,12 @@ struct result {
 // Who sent `req` from `peer`. The client address is the peer, or the client that trusted
 // proxies name in the forwarding header (clients.trusted_proxies). With `wants_user` (the
 // request's route is limited), a client not allow-listed and a user source configured,
-// the user comes from the API key or JWT field (user_resolver: a key wins) checked at
+// the user comes from the API key or JWT field or the client certificate (user_resolver: a key wins) checked at
 // `now_unix_seconds`; refused credentials make the result refused. Otherwise no
 // credential is read.
+// `certificate`: the name the connection's verified client certificate gives the user
+// (clients.user.certificate; "" = none), taken when no API key or JWT names one.
 result identify(const clients& c, const http::message_head& req, const address& peer, bool wants_user,
-                std::int64_t now_unix_seconds);
+                std::int64_t now_unix_seconds, std::string_view certificate = {});
 
 }  // namespace sluice::identity

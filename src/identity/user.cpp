@@ -11,6 +11,7 @@ namespace {
 
 constexpr const char* unknown_key = "unknown API key";
 constexpr const char* missing_key = "an API key is required";
+constexpr const char* missing_key_or_certificate = "an API key or a verified client certificate is required";
 
 std::array<std::uint8_t, 32> sha256_of(std::string_view s) {
     std::array<std::uint8_t, 32> d{};
@@ -33,7 +34,8 @@ bool user_resolver::sha256_equal::operator()(const std::array<std::uint8_t, 32>&
 }
 
 user_resolver::user_resolver(const config::clients_config& c, const std::function<const char*(const char*)>& getenv)
-    : api_key_header_(c.api_key_header) {
+    : api_key_header_(c.api_key_header),
+      certificates_(c.user_certificate != config::clients_config::certificate_name::none) {
     if (c.jwt) {
         jwt_header_ = c.jwt->header;
         jwt_.emplace(*c.jwt, getenv);
@@ -45,7 +47,7 @@ user_resolver::user_resolver(const config::clients_config& c, const std::functio
 }
 
 user_result user_resolver::resolve(std::string_view api_key_value, std::optional<std::string_view> jwt_header_value,
-                                   std::int64_t now_unix_seconds) const {
+                                   std::int64_t now_unix_seconds, std::string_view certificate) const {
     user_result r;
     if (!api_key_header_.empty() && !api_key_value.empty()) {
         if (!registry_.empty() || require_known_) {
@@ -79,9 +81,15 @@ user_result user_resolver::resolve(std::string_view api_key_value, std::optional
         }
         return r;
     }
+    if (!certificate.empty()) {
+        r.status = user_result::status::ok;
+        r.id.reserve(5 + certificate.size());
+        r.id.append("cert:").append(certificate);
+        return r;
+    }
     if (require_known_) {
         r.status = user_result::status::invalid;
-        r.reason = missing_key;
+        r.reason = certificates_ ? missing_key_or_certificate : missing_key;
     }
     return r;
 }

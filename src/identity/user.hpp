@@ -16,7 +16,7 @@
 namespace sluice::identity {
 
 // What resolve() found. ok: `id` is "user:<registry name>", "key:<api key>" or
-// "jwt:<claim>" (hash it before use), `plan` the registry entry's or the JWT plan claim's
+// "jwt:<claim>" or "cert:<name>" (hash it before use), `plan` the registry entry's or the JWT plan claim's
 // plan ("" = none);
 // invalid: the credentials were refused (a JWT that failed; with a registry that
 // requires known keys, a key missing or unknown), `reason` is safe to show (the caller
@@ -44,8 +44,11 @@ public:
     explicit user_resolver(const config::clients_config& c,
                            const std::function<const char*(const char*)>& getenv = ::getenv);
 
+    // `certificate`: the name a verified client certificate gives ("" = none), taken after
+    // an API key and a JWT: "cert:<name>".
     user_result resolve(std::string_view api_key_value,  // "" if absent
-                        std::optional<std::string_view> jwt_header_value, std::int64_t now_unix_seconds) const;
+                        std::optional<std::string_view> jwt_header_value, std::int64_t now_unix_seconds,
+                        std::string_view certificate = {}) const;
 
     const std::string& api_key_header() const { return api_key_header_; }  // "" = not configured
     const std::string* jwt_header() const { return jwt_ ? &jwt_header_ : nullptr; }
@@ -59,6 +62,7 @@ private:
     };
     std::string api_key_header_;
     bool require_known_ = false;
+    bool certificates_ = false;  // clients.user.certificate is set
     // SHA-256 of a key -> its entry. Digests are compared in constant time, though how far
     // a presented key's digest matches a stored one tells nothing about the stored key.
     std::unordered_map<std::array<std::uint8_t, 32>, config::api_key_entry, sha256_hash, sha256_equal> registry_;

@@ -4,6 +4,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/text_serializer.h>
 
+#include <chrono>
 #include <limits>
 #include <sstream>
 
@@ -32,6 +33,27 @@ const char* to_string(decision_result r) {
         case decision_result::limited: return "limited";
         case decision_result::shadow_limited: return "shadow_limited";
         case decision_result::count_: break;
+    }
+    return "unknown";
+}
+
+const char* to_string(tls_result r) {
+    switch (r) {
+        case tls_result::ok: return "ok";
+        case tls_result::failed: return "failed";
+        case tls_result::timeout: return "timeout";
+        case tls_result::refused: return "refused";
+        case tls_result::count_: break;
+    }
+    return "unknown";
+}
+
+const char* to_string(tls_version v) {
+    switch (v) {
+        case tls_version::tls1_2: return "TLSv1.2";
+        case tls_version::tls1_3: return "TLSv1.3";
+        case tls_version::none: return "none";
+        case tls_version::count_: break;
     }
     return "unknown";
 }
@@ -232,6 +254,11 @@ ClientMetric histogram(const std::vector<std::unique_ptr<shard>>& shards, histog
 
 }  // namespace
 
+void registry::set_certificates(std::vector<std::pair<std::string, std::int64_t>> certs) {
+    std::lock_guard lock(names_mu_);
+    certificates_ = std::move(certs);
+}
+
 std::string registry::scrape() const {
     static const char* class_names[] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
     std::vector<MetricFamily> out = extra_->Collect();
@@ -339,6 +366,32 @@ std::string registry::scrape() const {
         proxy_refused.metric.push_back(counter({{"reason", to_string(static_cast<proxy_refusal>(k))}}, sum));
     }
     out.push_back(std::move(proxy_refused));
+    constexpr auto versions = static_cast<std::size_t>(tls_version::count_);
+    auto handshakes = family("sluice_tls_handshakes_total",
+                             "TLS handshakes on the listener, by result (refused: over server.tls.max_handshakes) "
+                             "and protocol version (none: no version was agreed).",
+                             MetricType::Counter);
+    for (std::size_t r = 0; r < static_cast<std::size_t>(tls_result::count_); ++r)
+        for (std::size_t v = 0; v < versions; ++v) {
+            std::uint64_t sum = 0;
+            for (const auto& s : shards_) sum += s->handshakes_[r * versions + v].get();
+            handshakes.metric.push_back(counter({{"result", to_string(static_cast<tls_result>(r))},
+                                                 {"version", to_string(static_cast<tls_version>(v))}},
+                                                sum));
+        }
+    out.push_back(std::move(handshakes));
+    auto expiry = family("sluice_tls_certificate_expiry_seconds",
+                         "Seconds until each certificate the TLS listener serves expires (its notAfter), by its "
+                         "first name; negative once expired.",
+                         MetricType::Gauge);
+    const auto now =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    for (const auto& [name, not_after] : certificates_) {
+        auto g = gauge(not_after - now);
+        g.label = {{"name", name}};
+        expiry.metric.push_back(std::move(g));
+    }
+    out.push_back(std::move(expiry));
     auto idle = family("sluice_upstream_idle_connections", "Idle keep-alive connections to the upstream, pooled now.",
                        MetricType::Gauge);
     idle.metric.push_back(gauge(static_cast<std::int64_t>(total(&shard::idle_upstream_))));

@@ -40,6 +40,13 @@ const char* to_string(decision_result r);
 enum class proxy_refusal : std::size_t { untrusted, malformed, timeout, closed, count_ };
 const char* to_string(proxy_refusal r);
 
+// How a TLS handshake on the listener ended (refused: over server.tls.max_handshakes), and
+// its protocol version.
+enum class tls_result : std::size_t { ok, failed, timeout, refused, count_ };
+const char* to_string(tls_result r);
+enum class tls_version : std::size_t { tls1_2, tls1_3, none, count_ };
+const char* to_string(tls_version v);
+
 // Routes and policies are named by slots handed out by registry::slot(); names beyond
 // max_slots share the last slot, labelled "other".
 inline constexpr std::size_t max_slots = 128;
@@ -96,6 +103,11 @@ public:
     void lease_held() { leases_held_.add(); }
     void lease_ended() { leases_held_.sub(); }
     void proxy_protocol_refused(proxy_refusal r) { proxy_refused_[static_cast<std::size_t>(r)].add(); }
+    void tls_handshake(tls_result r, tls_version v) {
+        handshakes_[static_cast<std::size_t>(r) * static_cast<std::size_t>(tls_version::count_) +
+                    static_cast<std::size_t>(v)]
+            .add();
+    }
 
 private:
     friend class registry;
@@ -108,6 +120,8 @@ private:
     std::array<cell, static_cast<std::size_t>(upstream_error::count_)> upstream_errors_{};
     cell open_connections_, rejected_connections_, idle_upstream_, leases_held_;
     std::array<cell, static_cast<std::size_t>(proxy_refusal::count_)> proxy_refused_{};
+    std::array<cell, static_cast<std::size_t>(tls_result::count_) * static_cast<std::size_t>(tls_version::count_)>
+        handshakes_{};
 };
 
 // Owns the shards and renders /metrics. Construct once before the workers start.
@@ -155,6 +169,9 @@ public:
     void add_access_log(std::function<std::uint64_t()> dropped);
     // Counts a configuration reload (SIGHUP or POST /reload) by its result.
     void reloaded(bool ok);
+    // The certificates the TLS listener serves now: (name, notAfter in Unix seconds), for
+    // sluice_tls_certificate_expiry_seconds. At start and at every reload; any thread.
+    void set_certificates(std::vector<std::pair<std::string, std::int64_t>> certs);
     // Prometheus text exposition format. Any thread.
     std::string scrape() const;
 
@@ -162,6 +179,7 @@ private:
     std::vector<std::unique_ptr<shard>> shards_;
     mutable std::mutex names_mu_;
     std::vector<std::string> routes_, policies_;
+    std::vector<std::pair<std::string, std::int64_t>> certificates_;  // under names_mu_
     std::function<std::size_t()> keys_held_;
     std::function<std::uint64_t()> evictions_;
     std::vector<std::function<std::vector<prometheus::MetricFamily>()>> collectors_;

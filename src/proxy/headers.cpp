@@ -150,7 +150,7 @@ void write_request_head(std::string& out, const http::message_head& req, const r
         out, req, tokens, "X-Forwarded-For",
         [&](const http::header_field& f) { return is_named(req, f, "x-forwarded-for"); }, ctx.client_ip);
     // What a trusted proxy says of the original request stands; anyone else's is replaced.
-    if (!ctx.peer_trusted || (proto != "http" && proto != "https")) proto = "http";
+    if (!ctx.peer_trusted || (proto != "http" && proto != "https")) proto = ctx.tls ? "https" : "http";
     append_field(out, "X-Forwarded-Proto", proto);
     if (!ctx.peer_trusted || fwd_host.empty()) fwd_host = host;
     if (!fwd_host.empty()) append_field(out, "X-Forwarded-Host", fwd_host);

@@ -27,6 +27,7 @@ struct request_context {
     std::string_view target{};            // origin-form target to send; "" = as received
     std::string_view host{};              // replaces the Host field ("" = keep the client's)
     bool peer_trusted = false;            // a trusted proxy: its X-Forwarded-Proto/-Host stand
+    bool tls = false;                     // the client came over TLS: X-Forwarded-Proto https
 };
 
 // Tokens of every Connection field, compared case-insensitively.

@@ -56,6 +56,10 @@ void access_log::lane::write(const access_record& r) {
     add_number(R"(,"bytes_out":)", static_cast<std::int64_t>(r.bytes_out));
     if (r.upstream_us >= 0) add_number(R"(,"upstream_us":)", r.upstream_us);
     add_number(R"(,"total_us":)", r.total_us);
+    if (!r.tls_version.empty()) {
+        add_string(R"(,"tls_version":)", r.tls_version);
+        add_string(R"(,"sni":)", r.sni);
+    }
     line_ += "}\n";
 
     bool wake = false;

@@ -42,6 +42,7 @@ struct access_record {
     std::uint64_t bytes_in = 0, bytes_out = 0;  // body bytes from and to the client
     std::int64_t upstream_us = -1;              // request sent to response head; -1: not asked
     std::int64_t total_us = 0;                  // first byte of the request to the response
+    std::string_view tls_version, sni;          // a TLS client's ("TLSv1.3", the name asked for); "" = plain
 };
 
 class access_log {

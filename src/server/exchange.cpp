@@ -178,7 +178,7 @@ awaitable<session::step> session::send_request(body_framing framing, std::uint64
     out_.clear();
     proxy::write_request_head(out_, head_,
                               {client_ip_, up_cfg.url.authority, up_cfg.url.base_path, upgrade_, target_text_,
-                               req_.target.authority, req_.who.peer_trusted},
+                               req_.target.authority, req_.who.peer_trusted, client_.secure()},
                               framing, size);
     if (framing == body_framing::chunked && !req_.body.empty()) append_chunk(out_, req_.body);
     if (framing == body_framing::length) out_ += req_.body;

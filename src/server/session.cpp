@@ -75,12 +75,12 @@ void request_state::reset(std::size_t unmatched_slot) {
     body.clear();
 }
 
-awaitable<void> serve(worker& w, tcp::socket socket) {
-    session s(w, std::move(socket));
+awaitable<void> serve(worker& w, tcp::socket socket, bool tls) {
+    session s(w, std::move(socket), tls);
     co_await s.run();
 }
 
-session::session(worker& w, tcp::socket s)
+session::session(worker& w, tcp::socket s, bool tls)
     : w_(w),
       snap_(w.snap),
       cfg_(snap_->cfg.get()),
@@ -94,6 +94,7 @@ session::session(worker& w, tcp::socket s)
     client_.socket().set_option(tcp::no_delay(true), ec);
     client_.socket().non_blocking(true, ec);  // await_request()'s direct read
     track_.on_sweep = [this] { check_client_left(); };
+    tls_ = tls;
 }
 
 // Also reached when an exception leaves the coroutine: the gauge and the log stay right.
@@ -105,18 +106,55 @@ session::~session() {
 }
 
 awaitable<void> session::run() {
+    bool ready = false;
     if (auto client = co_await read_proxy_header(w_, client_.socket(), track_, peer_)) {
         peer_ = *client;
         client_ip_ = peer_.to_string();
-        for (;;) {
-            const bool keep = co_await serve_one();  // its frame is freed before the idle wait
-            if (!keep) break;
-            if (!co_await await_request()) break;
-            first_ = false;
-        }
+        ready = true;
     }
+    if (ready && tls_) ready = co_await handshake();
+    while (ready) {
+        const bool keep = co_await serve_one();  // its frame is freed before the idle wait
+        if (!keep) break;
+        if (!co_await await_request()) break;
+        first_ = false;
+    }
+    if (client_.secure()) client_.shutdown_send();  // close_notify: the end is not a truncation
     error_code ec;
     client_.socket().close(ec);
+}
+
+// The TLS handshake, within server.tls.handshake_timeout (else server.header_timeout), at
+// most server.tls.max_handshakes at once per worker: beyond, a connection is closed at
+// once (a flood of handshakes costs CPU, never more memory). False: closed.
+awaitable<bool> session::handshake() {
+    using metrics::tls_result;
+    using metrics::tls_version;
+    const auto& t = *cfg_->server.tls;
+    if (!snap_->tls || w_.handshakes >= t.max_handshakes) {
+        w_.metrics.tls_handshake(tls_result::refused, tls_version::none);
+        co_return false;
+    }
+    auto ssl = snap_->tls->new_session();
+    if (!ssl) {
+        w_.metrics.tls_handshake(tls_result::failed, tls_version::none);
+        co_return false;
+    }
+    client_.start_tls(std::move(ssl));
+    track_.arm(t.handshake_timeout.count() > 0 ? t.handshake_timeout : cfg_->server.header_timeout);
+    ++w_.handshakes;
+    auto [ec, n] = co_await client_.async_handshake(http::use_tuple);
+    --w_.handshakes;
+    if (ec) {
+        const bool timeout = proxy::relay::is_timeout(relay_.timed(ec));
+        w_.metrics.tls_handshake(timeout ? tls_result::timeout : tls_result::failed, tls_version::none);
+        co_return false;
+    }
+    SSL* s = client_.ssl();
+    w_.metrics.tls_handshake(tls_result::ok,
+                             SSL_version(s) == TLS1_3_VERSION ? tls_version::tls1_3 : tls_version::tls1_2);
+    certificate_ = tls::client_name(s, cfg_->clients.user_certificate);
+    co_return true;
 }
 
 // Between two requests, as nginx does: a direct read first (a busy client's next request is
@@ -246,7 +284,7 @@ bool session::identify() {
         limited ? std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                       .count()
                 : 0;
-    auto r = identity::identify(snap_->clients, head_, peer_, limited, now);
+    auto r = identity::identify(snap_->clients, head_, peer_, limited, now, certificate_);
     req_.who = std::move(r.who);
     if (!r.refused) return true;
     req_.refusal = std::move(r.reason);
@@ -340,6 +378,10 @@ void session::end_request() {
     r.bytes_out = resp_sink_.bytes;
     r.upstream_us = req_.upstream_us;
     r.total_us = static_cast<std::int64_t>(seconds * 1e6);
+    if (client_.secure()) {
+        r.tls_version = tls::version_of(client_.ssl());
+        r.sni = tls::sni_of(client_.ssl());
+    }
     w_.access->write(r);
 }
 

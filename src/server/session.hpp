@@ -34,7 +34,8 @@
 namespace sluice::server {
 
 // Serves one accepted connection until it closes. The session lives in the coroutine frame.
-boost::asio::awaitable<void> serve(worker& w, boost::asio::ip::tcp::socket socket);
+// `tls`: accepted on the TLS listener (the handshake comes first, after a PROXY header).
+boost::asio::awaitable<void> serve(worker& w, boost::asio::ip::tcp::socket socket, bool tls);
 
 // What becomes of the client connection once a request is answered.
 enum class after { keep_alive, close, linger };
@@ -61,7 +62,7 @@ struct request_state {
 
 class session {
 public:
-    session(worker& w, boost::asio::ip::tcp::socket s);
+    session(worker& w, boost::asio::ip::tcp::socket s, bool tls);
     ~session();
     session(const session&) = delete;
     session& operator=(const session&) = delete;
@@ -84,6 +85,7 @@ private:
     void release_idle();
     boost::asio::awaitable<after> phases();
     boost::asio::awaitable<head_status> read_head();
+    boost::asio::awaitable<bool> handshake();
     std::optional<failure> check_head();
     bool identify();
     // The route's cost_header ("" = none): read for the charge, never relayed.
@@ -129,7 +131,10 @@ private:
     std::optional<http::response_parser> resp_parser_;
     std::unique_ptr<proxy::upstream_connection> up_;  // watched by track_ while held
     bool first_ = true;
-    bool client_left_ = false;  // check_client_left() saw the client go while the upstream worked
+    bool client_left_ = false;
+    bool tls_ = false;         // a TLS listener's connection (secure once its handshake is done)
+    std::string certificate_;  // the user a verified client certificate names (clients.user.certificate)  //
+                               // check_client_left() saw the client go while the upstream worked
 };
 
 }  // namespace sluice::server

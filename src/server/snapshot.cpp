@@ -20,6 +20,7 @@ snapshot::snapshot(std::shared_ptr<const config::config> c, metrics::registry& m
       clients(cfg->clients),
       proxy_trusted(cfg->server.proxy_protocol ? identity::cidr_set(cfg->server.proxy_protocol->trusted)
                                                : identity::cidr_set()),
+      tls(cfg->server.tls ? std::make_shared<const tls::server_contexts>(*cfg->server.tls) : nullptr),
       unmatched_slot(m.slot("route", "unmatched")),
       generation(next_generation()),
       upstream_tls(cfg->upstream.url.tls ? std::make_shared<const tls::client_context>(cfg->upstream) : nullptr) {

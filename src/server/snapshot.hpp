@@ -12,6 +12,7 @@
 #include "metrics/metrics.hpp"
 #include "route/router.hpp"
 #include "tls/client_context.hpp"
+#include "tls/server_context.hpp"
 
 #include <memory>
 #include <vector>
@@ -27,9 +28,10 @@ struct snapshot {
     std::vector<limit::policy> policies;
     route::router router;
     identity::clients clients;
-    identity::cidr_set proxy_trusted;  // server.proxy_protocol.trusted (empty when unset)
-    std::size_t unmatched_slot = 0;    // metrics slot for requests no route matches
-    std::uint64_t generation = 0;      // unique per snapshot: caches built for one know they are stale
+    identity::cidr_set proxy_trusted;                 // server.proxy_protocol.trusted (empty when unset)
+    std::shared_ptr<const tls::server_contexts> tls;  // server.tls's certificates; null without
+    std::size_t unmatched_slot = 0;                   // metrics slot for requests no route matches
+    std::uint64_t generation = 0;                     // unique per snapshot: caches built for one know they are stale
     // An https upstream's TLS context (null for http): built with each snapshot, so that a
     // reload's files apply to new upstream connections.
     std::shared_ptr<const tls::client_context> upstream_tls;

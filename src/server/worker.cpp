@@ -20,15 +20,17 @@ clock::duration sweep_tick(const config::config& c) {
     auto shortest =
         std::min({c.server.header_timeout, c.server.idle_timeout, c.upstream.connect_timeout, c.upstream.timeout});
     if (c.server.proxy_protocol) shortest = std::min(shortest, c.server.proxy_protocol->header_timeout);
+    if (c.server.tls && c.server.tls->handshake_timeout.count() > 0)
+        shortest = std::min(shortest, c.server.tls->handshake_timeout);
     auto tick = std::chrono::duration_cast<clock::duration>(shortest) / 10;
     return std::clamp<clock::duration>(tick, std::chrono::milliseconds(5), std::chrono::milliseconds(100));
 }
 
-asio::awaitable<void> accept_loop(worker& w) {
+asio::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, bool tls) {
     using http::use_tuple;
     for (;;) {
-        auto [ec, socket] = co_await w.acceptor.async_accept(use_tuple);
-        if (!w.acceptor.is_open() || ec == asio::error::operation_aborted) co_return;
+        auto [ec, socket] = co_await acceptor.async_accept(use_tuple);
+        if (!acceptor.is_open() || ec == asio::error::operation_aborted) co_return;
         if (ec) {
             // Out of descriptors (or a transient error): back off instead of spinning.
             spdlog::warn("accept failed: {}", ec.message());
@@ -42,7 +44,7 @@ asio::awaitable<void> accept_loop(worker& w) {
             socket.close(ignored);
             continue;
         }
-        asio::co_spawn(w.ioc, serve(w, std::move(socket)), base::log_exception("connection"));
+        asio::co_spawn(w.ioc, serve(w, std::move(socket), tls), base::log_exception("connection"));
     }
 }
 
@@ -69,7 +71,10 @@ void worker::set_snapshot(std::shared_ptr<const snapshot> s) {
 void worker::start() { connections.start(); }
 
 void worker::accept() {
-    if (!draining) asio::co_spawn(ioc, accept_loop(*this), base::log_exception("accept loop"));
+    if (draining) return;
+    asio::co_spawn(ioc, accept_loop(*this, acceptor, false), base::log_exception("accept loop"));
+    if (tls_acceptor.is_open())
+        asio::co_spawn(ioc, accept_loop(*this, tls_acceptor, true), base::log_exception("TLS accept loop"));
 }
 
 void worker::upstream_failed() {
@@ -122,6 +127,7 @@ void worker::begin_drain(std::function<void()> on_drained) {
     draining = true;
     boost::system::error_code ignored;
     acceptor.close(ignored);
+    tls_acceptor.close(ignored);
     pool.close_all();
     connections.drain(std::move(on_drained));
 }

@@ -56,10 +56,12 @@ struct worker {
     tls::session_cache upstream_sessions;
     proxy::pool pool;
     boost::asio::ip::tcp::acceptor acceptor{ioc};
+    boost::asio::ip::tcp::acceptor tls_acceptor{ioc};  // server.tls.listen; closed without
+    std::size_t handshakes = 0;                        // TLS handshakes under way (server.tls.max_handshakes)
     bool draining = false;
 
-    // Starts the deadline sweep; accept() then starts accepting on `acceptor` (bound and
-    // listening by then), once the store can decide.
+    // Starts the deadline sweep; accept() then starts accepting on `acceptor` and, when
+    // open, `tls_acceptor` (bound and listening by then), once the store can decide.
     void start();
     void accept();
     // Stops accepting and closes idle connections; calls on_drained (on this thread) once
