@@ -66,6 +66,14 @@ std::string to_text(const tcp::endpoint& ep) {
                      : a.to_string() + ":" + std::to_string(ep.port());
 }
 
+// upstream.tls.verify: false is allowed (a test upstream, a self-signed one) but said.
+void warn_if_unverified(const config::config& c) {
+    if (c.upstream.url.tls && !c.upstream.tls.verify)
+        spdlog::warn(
+            "upstream.tls.verify is false: the upstream's certificate is not verified, and anyone on the path can "
+            "read and change its traffic");
+}
+
 // SO_REUSEPORT lets every worker's acceptor share the port, and would let another process
 // share it as silently, each keeping its own counts. A probe without it fails to bind where
 // any socket listens. (Two gateways probing in the same instant can both pass: the window
@@ -237,6 +245,7 @@ bool gateway::start() {
         return false;
     }
     took_config(*cfg_, metrics_);
+    warn_if_unverified(*cfg_);
     const char* secret = std::getenv(cfg_->store.hash_secret_env.c_str());
     if (!secret || !*secret)
         spdlog::warn(
@@ -380,6 +389,7 @@ reload_result gateway::reload() {
     cfg_ = result.cfg;
     took_config(*cfg_, metrics_);
     spdlog::set_level(spdlog::level::from_str(cfg_->log.level));
+    warn_if_unverified(*cfg_);
     for (auto& w : workers_)
         asio::post(w->ioc, [w = w.get(), snap] {
             w->set_snapshot(snap);

@@ -33,12 +33,13 @@ struct address {
     bool operator==(const address&) const = default;
 };
 
-// "http://host:port[/base-path]". `host` may be an IP literal or a DNS name.
+// "http://host:port[/base-path]" or "https://...". `host` may be an IP literal or a DNS name.
 struct upstream_url {
     std::string host;
-    std::uint16_t port = 80;
-    std::string base_path;  // "" or "/api" (never ends with '/')
-    std::string authority;  // host[:port] as written, for the Host header
+    std::uint16_t port = 80;  // 80, or 443 for https, when the url has none
+    std::string base_path;    // "" or "/api" (never ends with '/')
+    std::string authority;    // host[:port] as written, for the Host header
+    bool tls = false;         // https
 
     bool operator==(const upstream_url&) const = default;
 };
@@ -114,11 +115,27 @@ struct admin_config {
     bool operator==(const admin_config&) const = default;
 };
 
+// upstream.tls: how an https upstream is verified, and the certificate offered to it. The
+// files were readable at load; their contents are checked where the TLS context is built
+// (tls::client_context), whose errors name the key by its position (the `*_at` fields).
+struct upstream_tls_config {
+    std::string ca_file;      // PEM CAs the upstream's certificate must chain to; "" = the system's
+    std::string cert_file;    // client certificate chain (PEM); "" = none (then key_file is "" too)
+    std::string key_file;     // its private key (PEM)
+    std::string server_name;  // SNI and the name verified; "" = the url's host
+    bool verify = true;       // false: any certificate is accepted (a warning is logged at start)
+    std::string ca_file_at, cert_file_at, key_file_at;  // "FILE:LINE:COLUMN: upstream.tls.ca_file"
+
+    bool operator==(const upstream_tls_config&) const = default;
+};
+
 struct upstream_config {
     upstream_url url;  // required
+    // The TCP connect, and then (https) the TLS handshake: a deadline each.
     duration connect_timeout = std::chrono::seconds(1);
     duration timeout = std::chrono::seconds(30);
     std::size_t max_idle_per_worker = 64;
+    upstream_tls_config tls;  // used when url.tls
 
     bool operator==(const upstream_config&) const = default;
 };

@@ -123,7 +123,7 @@ parsed<std::string> url_host_of(const boost::urls::url_view& u) {
 }
 
 parsed<std::uint16_t> url_port_of(const boost::urls::url_view& u) {
-    if (!u.has_port()) return std::uint16_t{80};
+    if (!u.has_port()) return static_cast<std::uint16_t>(u.scheme_id() == boost::urls::scheme::https ? 443 : 80);
     auto port = parse_decimal(u.port());
     if (!port) return bad_url;
     if (*port < 1 || *port > 65535) return url_port_range;
@@ -136,8 +136,7 @@ std::string base_path_of(std::string_view path) {
 }
 
 std::string_view check_url_shape(const boost::urls::url_view& u) {
-    if (u.scheme_id() == boost::urls::scheme::https) return https_url;
-    if (u.scheme_id() != boost::urls::scheme::http) return not_http_url;
+    if (u.scheme_id() != boost::urls::scheme::http && u.scheme_id() != boost::urls::scheme::https) return not_http_url;
     if (!u.has_authority()) return bad_url;
     if (u.has_userinfo()) return url_userinfo;
     if (u.has_query()) return url_query;
@@ -253,7 +252,7 @@ parsed<upstream_url> parse_upstream_url_why(std::string_view s) {
     auto port = url_port_of(u);
     if (!port.value) return reason_text{std::move(port.reason)};
     return upstream_url{std::move(*host.value), *port.value, base_path_of(u.encoded_path()),
-                        std::string(u.encoded_authority())};
+                        std::string(u.encoded_authority()), u.scheme_id() == boost::urls::scheme::https};
 }
 
 parsed<host_port> parse_host_port_why(std::string_view s) {

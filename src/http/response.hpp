@@ -47,6 +47,7 @@ inline constexpr failure header_too_large{431, "header_too_large",
                                           "the request header exceeds server.max_header_bytes"};
 inline constexpr failure upstream_refused{502, "bad_gateway", "the upstream refused or failed the connection"};
 inline constexpr failure upstream_connect_timeout{502, "bad_gateway", "connecting to the upstream timed out"};
+inline constexpr failure upstream_tls{502, "bad_gateway", "the upstream's TLS handshake failed"};
 inline constexpr failure upstream_send{502, "bad_gateway", "sending the request to the upstream failed"};
 inline constexpr failure upstream_closed{502, "bad_gateway", "the upstream closed the connection without a response"};
 inline constexpr failure upstream_invalid{502, "bad_gateway", "the upstream sent an invalid response"};

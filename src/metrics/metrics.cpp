@@ -19,6 +19,7 @@ const char* to_string(upstream_error e) {
         case upstream_error::connect_timeout: return "connect_timeout";
         case upstream_error::connect_refused: return "connect_refused";
         case upstream_error::connect_failed: return "connect_failed";
+        case upstream_error::tls: return "tls";
         case upstream_error::timeout: return "timeout";
         case upstream_error::reset: return "reset";
         case upstream_error::count_: break;

@@ -22,7 +22,15 @@
 
 namespace sluice::metrics {
 
-enum class upstream_error : std::size_t { connect_timeout, connect_refused, connect_failed, timeout, reset, count_ };
+enum class upstream_error : std::size_t {
+    connect_timeout,
+    connect_refused,
+    connect_failed,
+    tls,
+    timeout,
+    reset,
+    count_
+};
 const char* to_string(upstream_error e);
 
 enum class decision_result : std::size_t { allowed, limited, shadow_limited, count_ };

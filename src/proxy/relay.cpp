@@ -162,6 +162,13 @@ awaitable<error_code> relay::connect(upstream_connection& up, const std::vector<
     co_return ec;
 }
 
+awaitable<error_code> relay::handshake(upstream_connection& up, tls::ssl_ptr ssl, http::clock::duration timeout) {
+    up.stream.start_tls(std::move(ssl));
+    track_.arm(timeout);
+    auto [ec, n] = co_await up.stream.async_handshake(use_tuple);
+    co_return timed(ec);
+}
+
 // Copies bytes one way until EOF, then half-closes the other side.
 awaitable<void> relay::copy(stream& from, boost::beast::flat_buffer& buf, stream& to, http::clock::duration idle) {
     for (;;) {

@@ -86,6 +86,8 @@ public:
     awaitable<error_code> write_all(stream& s, std::string_view data, http::clock::duration timeout);
     awaitable<error_code> connect(upstream_connection& up, const std::vector<tcp::endpoint>& endpoints,
                                   http::clock::duration timeout);
+    // TLS over a connected `up`, through `ssl` (a client's), within `timeout`.
+    awaitable<error_code> handshake(upstream_connection& up, tls::ssl_ptr ssl, http::clock::duration timeout);
 
     // Copies bytes both ways until both sides have closed, or until neither side has sent
     // anything for `idle` (bytes already read into the buffers go first).

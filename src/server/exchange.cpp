@@ -9,6 +9,8 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 
+#include <spdlog/spdlog.h>
+
 #include <poll.h>
 
 #include <algorithm>
@@ -58,6 +60,16 @@ awaitable<error_code> wait_readable(tcp::socket& s) {
 
 metrics::upstream_error error_kind(const error_code& ec) {
     return relay::is_timeout(ec) ? metrics::upstream_error::timeout : metrics::upstream_error::reset;
+}
+
+// Why a TLS handshake with the upstream failed (a certificate that does not verify is a
+// setting to fix), at most once a second per worker: a broken upstream fails every request.
+void log_tls_failure(const std::string& why) {
+    thread_local clock::time_point last{};
+    const auto now = clock::now();
+    if (now - last < std::chrono::seconds(1)) return;
+    last = now;
+    spdlog::warn("upstream TLS handshake failed: {}", why);
 }
 
 void append_chunk(std::string& out, std::string_view data) {
@@ -131,6 +143,18 @@ awaitable<std::optional<http::failure>> session::connect_upstream() {
     up_ = std::make_unique<proxy::upstream_connection>(client_.get_executor());
     track_.watch_upstream(&up_->stream.socket());
     auto ec = co_await relay_.connect(*up_, w_.upstream_endpoints, cfg_->upstream.connect_timeout);
+    const auto& tls = snap_->upstream_tls;
+    if (!ec && tls) {
+        // An https upstream: the handshake has a connect_timeout of its own.
+        auto ssl = tls->make_ssl(w_.upstream_sessions);
+        ec = co_await relay_.handshake(*up_, std::move(ssl), cfg_->upstream.connect_timeout);
+        if (ec && !relay::is_timeout(ec)) {
+            log_tls_failure(tls::handshake_failure(up_->stream.ssl(), ec));
+            release_upstream(false);
+            w_.metrics.upstream_failed(metrics::upstream_error::tls);
+            co_return fail::upstream_tls;
+        }
+    }
     if (!ec) co_return std::nullopt;
     release_upstream(false);
     w_.upstream_failed();

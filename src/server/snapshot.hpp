@@ -11,6 +11,7 @@
 #include "limit/policy.hpp"
 #include "metrics/metrics.hpp"
 #include "route/router.hpp"
+#include "tls/client_context.hpp"
 #include "tls/server_context.hpp"
 
 #include <memory>
@@ -31,6 +32,9 @@ struct snapshot {
     std::shared_ptr<const tls::server_contexts> tls;  // server.tls's certificates; null without
     std::size_t unmatched_slot = 0;                   // metrics slot for requests no route matches
     std::uint64_t generation = 0;                     // unique per snapshot: caches built for one know they are stale
+    // An https upstream's TLS context (null for http): built with each snapshot, so that a
+    // reload's files apply to new upstream connections.
+    std::shared_ptr<const tls::client_context> upstream_tls;
 };
 
 }  // namespace sluice::server

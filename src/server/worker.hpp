@@ -15,6 +15,7 @@
 #include "server/access_log.hpp"
 #include "server/lease.hpp"
 #include "server/snapshot.hpp"
+#include "tls/client_context.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -50,6 +51,9 @@ struct worker {
     std::atomic<std::size_t>& open_connections;
     std::size_t max_connections;
     deadline_sweep connections;
+    // The last TLS session of an https upstream, offered on the next connection. Before the
+    // pool: pooled connections point to it.
+    tls::session_cache upstream_sessions;
     proxy::pool pool;
     boost::asio::ip::tcp::acceptor acceptor{ioc};
     boost::asio::ip::tcp::acceptor tls_acceptor{ioc};  // server.tls.listen; closed without

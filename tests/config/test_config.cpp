@@ -203,9 +203,28 @@ TEST_CASE("parse_upstream_url splits host, port, base path and authority") {
     CHECK(f->port == 65535);
 }
 
+TEST_CASE("parse_upstream_url: https, on port 443 unless the url names another") {
+    auto a = cfg::parse_upstream_url("https://api.example.com");
+    REQUIRE(a);
+    CHECK(a->tls);
+    CHECK(a->host == "api.example.com");
+    CHECK(a->port == 443);
+    CHECK(a->authority == "api.example.com");
+
+    auto b = cfg::parse_upstream_url("HTTPS://[::1]:8443/v1/");
+    REQUIRE(b);
+    CHECK(b->tls);
+    CHECK(b->host == "::1");
+    CHECK(b->port == 8443);
+    CHECK(b->base_path == "/v1");
+
+    CHECK_FALSE(cfg::parse_upstream_url("http://h")->tls);
+    CHECK(cfg::parse_upstream_url("http://h")->port == 80);
+}
+
 TEST_CASE("parse_upstream_url rejects other schemes and extra parts") {
     for (const char* s :
-         {"https://h",      "ftp://h",        "http://",        "http:///x",  "http:h",     "http://u@h",
+         {"ftp://h",        "ws://h",         "http://",        "http:///x",  "http:h",     "http://u@h",
           "http://u:p@h",   "http://h?x=1",   "http://h/?",     "http://h#f", "http://h:0", "http://h:65536",
           "http://h:",      "127.0.0.1:3000", "localhost:3000", "",           "http://h h", "http://h%41",
           "http://[v1.x]/", "http://h!/",     "http://[::1/"}) {
@@ -813,6 +832,41 @@ TEST_CASE("store.redis.tls: ca_file required, client certificate and key togethe
         CHECK(string_error(head + "{ca_file: '" + ca + "', cert_file: '" + cert + "', key_file: '" + key + "'}\n")
                   .find("store.redis.tls.key_file: cannot read " + key + ": Permission denied") != std::string::npos);
     }
+}
+
+TEST_CASE("upstream.tls: verified by default, files readable, a client certificate with its key") {
+    temp_files t;
+    const auto ca = t.add("ca.pem"), cert = t.add("client.pem"), key = t.add("client.key");
+    const std::string head = "upstream:\n  url: https://10.0.0.1\n  tls: ";
+
+    auto c = cfg::load_string("upstream: {url: 'https://h'}\n", "inline.yaml");
+    CHECK(c->upstream.url.tls);
+    CHECK(c->upstream.tls.verify);
+    CHECK(c->upstream.tls.ca_file.empty());
+    CHECK(c->upstream.tls.cert_file.empty());
+
+    c = cfg::load_string(head + "{ca_file: '" + ca + "', cert_file: '" + cert + "', key_file: '" + key +
+                             "', server_name: api.internal, verify: false}\n",
+                         "inline.yaml");
+    CHECK(c->upstream.tls.ca_file == ca);
+    CHECK(c->upstream.tls.cert_file == cert);
+    CHECK(c->upstream.tls.key_file == key);
+    CHECK(c->upstream.tls.server_name == "api.internal");
+    CHECK_FALSE(c->upstream.tls.verify);
+    // Where each file was named, for the errors only the TLS context can find.
+    CHECK(c->upstream.tls.ca_file_at == "inline.yaml:3:18: upstream.tls.ca_file");
+    CHECK(c->upstream.tls.cert_file_at.find("inline.yaml:3:") == 0);
+    CHECK(c->upstream.tls.key_file_at.ends_with(": upstream.tls.key_file"));
+
+    CHECK(string_error(head + "{cert_file: '" + cert + "'}\n") ==
+          "inline.yaml:3:8: upstream.tls.key_file: required with a client certificate (give cert_file and key_file)");
+    CHECK(string_error(head + "{key_file: '" + key + "'}\n") ==
+          "inline.yaml:3:8: upstream.tls.cert_file: required with a client certificate (give cert_file and key_file)");
+    CHECK(string_error(head + "{ca_file: '" + t.dir + "'}\n") ==
+          "inline.yaml:3:18: upstream.tls.ca_file: no such file: " + t.dir);
+    CHECK(string_error(head + "{sni: x}\n").find("upstream.tls.sni: unknown key") != std::string::npos);
+    CHECK(string_error("upstream:\n  tls: {verify: false}\n  url: http://h\n") ==
+          "inline.yaml:2:3: upstream.tls: applies to an https:// upstream url only");
 }
 
 TEST_CASE("store.redis.sentinel: master and sentinels, not together with nodes") {

@@ -54,6 +54,7 @@ const std::vector<named_failure> all_failures{
     {"header_too_large", fail::header_too_large},
     {"upstream_refused", fail::upstream_refused},
     {"upstream_connect_timeout", fail::upstream_connect_timeout},
+    {"upstream_tls", fail::upstream_tls},
     {"upstream_send", fail::upstream_send},
     {"upstream_closed", fail::upstream_closed},
     {"upstream_invalid", fail::upstream_invalid},
