@@ -16,6 +16,7 @@ else
         clang libclang-rt-14-dev clang-format clang-tidy
         slowhttptest
         haproxy           # in front of the gateway in the PROXY protocol tests (tests/e2e)
+        testssl.sh        # scans the TLS listener (tests/tls/testssl.sh)
         docker-compose)   # 1.29, python: the packaging test validates compose.yaml with it
                           # (no engine: docker.io is only recommended)
 fi
