@@ -9,7 +9,7 @@
 #   env: CONTENDERS="sluice nginx haproxy sluice-logged nginx-logged
 #                    sluice-limit-pass nginx-limit-pass
 #                    sluice-limit-reject nginx-limit-reject sluice-redis sluice-cluster
-#                    node-redis"    (the default; also: direct)
+#                    node-redis"    (the default; also: direct, sluice-tls nginx-tls haproxy-tls)
 #        ROUNDS=3  DURATION=4s  WARMUP=2s  CONNECTIONS=64  THREADS=2
 #        ORDER=fixed|rotate  PIN=0|1  SLUICE_BIN=build/sluice  LIMIT_HEADERS=ietf
 #        RATIOS="sluice:nginx sluice:haproxy sluice-limit-pass:nginx-limit-pass ..."
