@@ -9,12 +9,13 @@
 #   env: CONTENDERS="sluice nginx haproxy sluice-logged nginx-logged
 #                    sluice-limit-pass nginx-limit-pass
 #                    sluice-limit-reject nginx-limit-reject sluice-redis sluice-cluster
-#                    node-redis"    (the default; also: direct)
+#                    node-redis"    (the default; also: direct, sluice-tls nginx-tls haproxy-tls)
 #        ROUNDS=3  DURATION=4s  WARMUP=2s  CONNECTIONS=64  THREADS=2
 #        ORDER=fixed|rotate  PIN=0|1  SLUICE_BIN=build/sluice  LIMIT_HEADERS=ietf
 #        RATIOS="sluice:nginx sluice:haproxy sluice-limit-pass:nginx-limit-pass ..."
 #        WRK_TIMEOUT=2s  READY_TIMEOUT=10  KEEP_TMP=0
 #        REDIS_SERVER=/usr/bin/redis-server  NODE_LIMITERS=2  NODE_AUTOPIPELINE=1
+#        HANDSHAKE_TIME=3  S_TIME_PROCS=2   (TLS contenders: sluice-tls nginx-tls haproxy-tls)
 #
 # Layout: this file is the driver (settings, checks, warm-up, rounds, CPU, the report);
 # bench/lib/ holds the helpers (common.sh: processes, ports, waiting; servers.sh: the
@@ -78,6 +79,8 @@ KEEP_TMP=${KEEP_TMP:-0}
 REDIS_SERVER=${REDIS_SERVER:-/usr/bin/redis-server}
 NODE_LIMITERS=${NODE_LIMITERS:-2}          # node-redis: 2 = a 1 s and a 60 s limiter (2 EVALSHA/request), 1 = the 1 s one
 NODE_AUTOPIPELINE=${NODE_AUTOPIPELINE:-1}  # node-redis: ioredis enableAutoPipelining (1) or not (0)
+HANDSHAKE_TIME=${HANDSHAKE_TIME:-3}        # TLS contenders: seconds of each openssl s_time row (-new, -reuse)
+S_TIME_PROCS=${S_TIME_PROCS:-2}            # TLS contenders: s_time clients at once
 NODE_PEER_DIR="$SCRIPT_DIR/node-peer"
 RESULTS_DIR="$SCRIPT_DIR/results"
 UPSTREAM_BODY="hello from upstream"
@@ -113,7 +116,7 @@ end'
 
 run_wrk() {  # run_wrk NAME DURATION OUTFILE [WRK_ARGS...] -> sets CPU_TICKS (CPU used by the contender during the run)
   local name=$1 dur=$2 out=$3 pid=${C_PID[$1]} t0 t1
-  local url="http://127.0.0.1:${C_PORT[$1]}${C_PATH[$1]}"
+  local url; url=$(contender_url "$1")
   shift 3
   t0=$(cpu_ticks "$pid")
   pin_prefix other
@@ -127,10 +130,48 @@ run_wrk() {  # run_wrk NAME DURATION OUTFILE [WRK_ARGS...] -> sets CPU_TICKS (CP
   CPU_TICKS=$((t1 - t0))
 }
 
+# New TLS connections per second: S_TIME_PROCS openssl s_time clients at once, each making
+# connections one after another for HANDSHAKE_TIME seconds, each connection a handshake and
+# one request (GET / HTTP/1.0, read to the close). -new: every handshake full; -reuse: every
+# one after a client's first resumes that first session (s_time prints "r" for a resumed
+# connection, "*" for a full one: both are counted).
+# run_s_time NAME new|reuse -> sets HS_CONNS HS_PER_SEC HS_CPU_US HS_RESUMED_PCT
+run_s_time() {
+  local name=$1 mode=$2 pid=${C_PID[$1]} t0 t1 w0 w1 i pids=() out total=0 r=0 f=0
+  t0=$(cpu_ticks "$pid"); w0=$(date +%s%N)
+  pin_prefix other
+  for ((i = 0; i < S_TIME_PROCS; i++)); do
+    out="$WORK/s_time-$name-$mode-$i.txt"
+    "${PIN_CMD[@]}" timeout $((HANDSHAKE_TIME + 10)) openssl s_time -connect "127.0.0.1:${C_PORT[$name]}" \
+      "-$mode" -www / -time "$HANDSHAKE_TIME" >"$out" 2>&1 </dev/null &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  w1=$(date +%s%N); t1=$(cpu_ticks "$pid")
+  kill -0 "$pid" 2>/dev/null || { show_log "$name"; die "$name died during s_time"; }
+  for ((i = 0; i < S_TIME_PROCS; i++)); do
+    out="$WORK/s_time-$name-$mode-$i.txt"
+    local n; n=$(awk '/connections in .* real seconds/ { n = $1 } END { print n + 0 }' "$out")
+    [ "$n" -gt 0 ] || { cat "$out" >&2; die "openssl s_time -$mode made no connection to $name"; }
+    total=$((total + n))
+    if [ "$mode" = reuse ]; then   # the marks after "starting": one per timed connection
+      r=$((r + $(sed -n '/^starting/,$p' "$out" | tr -cd 'r' | wc -c)))
+      f=$((f + $(sed -n '/^starting/,$p' "$out" | tr -cd '*' | wc -c)))
+    fi
+  done
+  HS_CONNS=$total
+  HS_PER_SEC=$(awk -v n="$total" -v ns=$((w1 - w0)) 'BEGIN { printf "%.1f", n / (ns / 1e9) }')
+  HS_CPU_US=$(awk -v t=$((t1 - t0)) -v c="$(getconf CLK_TCK)" -v n="$total" 'BEGIN { printf "%.1f", t / c * 1e6 / n }')
+  HS_RESUMED_PCT=-
+  [ "$mode" = reuse ] && HS_RESUMED_PCT=$(awk -v r="$r" -v f="$f" 'BEGIN { printf "%.1f", (r + f) ? 100 * r / (r + f) : 0 }')
+  return 0
+}
+
 check_proxies() {  # pass contenders: 200 + the upstream body; reject contenders: 200 + body, then 429
   local name got status body counts others url n200 n429 nother
   for name in "${CONTENDER_LIST[@]}"; do
-    url="http://127.0.0.1:${C_PORT[$name]}${C_PATH[$name]}"
+    url=$(contender_url "$name")
+    if is_tls "$name"; then say "check: $name negotiates $(tls_session_info "${C_PORT[$name]}") (openssl s_client, defaults)"; fi
     if expects_429 "$name"; then
       got=$(http_burst "$url" 500)   # Sluice admits 100, nginx 1 in 10 ms: then 429
       counts=${got%%$'\t'*}; got=${got#*$'\t'}; body=${got%%$'\t'*}; others=${got#*$'\t'}
@@ -173,7 +214,7 @@ main() {
   chmod 755 "$WORK"            # nginx workers run as an unprivileged user
   REPORT="$WORK/report.txt"; : >"$REPORT"
   local tsv="$WORK/runs.tsv"
-  printf '#round\tproxy\trps\tp50_ms\tp99_ms\trequests\tnon2xx\tsockerr\tcpu_ticks\tcpu_us_per_req\tredis_ticks\tredis_cmds\tsluice_redis_cmds\tsluice_redis_writes\tsluice_redis_errors\n' >"$tsv"
+  printf '#round\tproxy\trps\tp50_ms\tp99_ms\trequests\tnon2xx\tsockerr\tcpu_ticks\tcpu_us_per_req\tredis_ticks\tredis_cmds\tsluice_redis_cmds\tsluice_redis_writes\tsluice_redis_errors\ttls_new_per_s\ttls_new_cpu_us\ttls_reuse_per_s\ttls_reuse_cpu_us\ttls_resumed_pct\n' >"$tsv"
 
   local clk; clk=$(getconf CLK_TCK)
   say "Sluice benchmark  $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -191,6 +232,7 @@ main() {
   read -ra ports <<<"$(free_ports $((1 + 2 * ${#names[@]})))"
   ((${#ports[@]} == 1 + 2 * ${#names[@]})) || die "could not find free ports"
   UP_PORT=${ports[0]}
+  if any_tls; then make_tls_cert; say "TLS: EC P-256 self-signed certificate, s_time: $S_TIME_PROCS clients x ${HANDSHAKE_TIME}s per row, $(openssl version)"; fi
   start_upstream
   say "upstream: nginx on 127.0.0.1:$UP_PORT (1 worker, fixed body)"
 
@@ -223,7 +265,7 @@ main() {
       if [ "$ORDER" = rotate ]; then name=${CONTENDER_LIST[$(((k + r - 1) % n))]}; else name=${CONTENDER_LIST[$k]}; fi
       out="$WORK/run-$r-$name.txt"
       log "round $r/$ROUNDS: $name ($DURATION, $CONNECTIONS conns, $THREADS threads)"
-      rticks=- rcmds=- scmds=- swrites=- serrs=- extra=""
+      rticks=- rcmds=- scmds=- swrites=- serrs=- extra="" tls_cols="-\t-\t-\t-\t-"
       # outside the contender's CPU window: Sluice's counters, then redis-server's commands and CPU
       if [ -n "${C_METRICS[$name]:-}" ]; then read -ra m0 <<<"$(sluice_redis_metrics "${C_METRICS[$name]}")"; fi
       if [ -n "${C_REDIS[$name]:-}" ]; then rc0=$(redis_commands "${C_REDIS[$name]}"); rt0=$(redis_cpu_ticks "${C_REDIS[$name]}"); fi
@@ -239,11 +281,18 @@ main() {
           die "$name: sluice_redis_* counters not found on http://127.0.0.1:${C_METRICS[$name]}/metrics"
         scmds=$((m1[0] - m0[0])); swrites=$((m1[1] - m0[1])); serrs=$((m1[2] - m0[2] + m1[3] - m0[3]))
       fi
+      if is_tls "$name"; then   # new connections: full handshakes, then resumed ones
+        log "round $r/$ROUNDS: $name new TLS connections (${HANDSHAKE_TIME}s -new, ${HANDSHAKE_TIME}s -reuse, $S_TIME_PROCS clients)"
+        run_s_time "$name" new; local new_ps=$HS_PER_SEC new_cpu=$HS_CPU_US
+        run_s_time "$name" reuse
+        tls_cols="$new_ps\t$new_cpu\t$HS_PER_SEC\t$HS_CPU_US\t$HS_RESUMED_PCT"
+        extra+="  TLS new conns/s: full $new_ps ($new_cpu us CPU each), resumed $HS_PER_SEC ($HS_CPU_US us; $HS_RESUMED_PCT% resumed)"
+      fi
       read -r rps p50 p99 req non sock <<<"$(parse_wrk "$out")"
       [ "$req" -gt 0 ] || { cat "$out" >&2; die "wrk completed no requests against $name"; }
       cpu=$(awk -v t="$ticks" -v c="$clk" -v q="$req" 'BEGIN { printf "%.3f", t / c * 1e6 / q }')
-      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$name" "$rps" "$p50" "$p99" "$req" "$non" "$sock" "$ticks" "$cpu" \
-        "$rticks" "$rcmds" "$scmds" "$swrites" "$serrs" >>"$tsv"
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%b\n' "$r" "$name" "$rps" "$p50" "$p99" "$req" "$non" "$sock" "$ticks" "$cpu" \
+        "$rticks" "$rcmds" "$scmds" "$swrites" "$serrs" "$tls_cols" >>"$tsv"
       [ "$rticks" != - ] && extra+=$(awk -v t="$rticks" -v c="$clk" -v q="$req" -v k="$rcmds" \
         'BEGIN { printf "  redis-server %.2f us/req %.2f cmds/req", t / c * 1e6 / q, k / q }')
       [ "$swrites" != - ] && extra+=$(awk -v a="$scmds" -v w="$swrites" -v e="$serrs" \

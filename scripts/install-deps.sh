@@ -17,6 +17,7 @@ else
         slowhttptest
         haproxy           # in front of the gateway in the PROXY protocol tests (tests/e2e)
         nginx             # the HTTPS upstream in the https upstream tests (tests/e2e)
+        testssl.sh        # scans the TLS listener (tests/tls/testssl.sh)
         docker-compose)   # 1.29, python: the packaging test validates compose.yaml with it
                           # (no engine: docker.io is only recommended)
 fi

@@ -107,15 +107,32 @@ show_log() { local f; for f in "$WORK/$1".*log "$WORK/$1"/*.log; do [ -f "$f" ] 
 
 http_get() {  # http_get URL -> prints "STATUS<TAB>BODY"
   python3 - "$1" <<'EOF'
-import sys, urllib.request, urllib.error
+import ssl, sys, urllib.request, urllib.error
 try:
-    with urllib.request.urlopen(sys.argv[1], timeout=5) as r:
+    # https: the bench's own self-signed certificate, not verified
+    with urllib.request.urlopen(sys.argv[1], timeout=5, context=ssl._create_unverified_context()) as r:
         print(f"{r.status}\t{r.read().decode(errors='replace').strip()}")
 except urllib.error.HTTPError as e:
     print(f"{e.code}\t{e.read().decode(errors='replace').strip()}")
 except Exception as e:
     print(f"000\t{e}")
 EOF
+}
+
+make_tls_cert() {  # make_tls_cert: the TLS contenders' certificate, EC P-256, self-signed, in $WORK/tls
+  local d="$WORK/tls"
+  mkdir -p "$d"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+    -keyout "$d/key.pem" -out "$d/cert.pem" 2>"$d/openssl.log" || { cat "$d/openssl.log" >&2; die "openssl req failed"; }
+  chmod 644 "$d/key.pem"   # nginx reads it as root, but HAProxy and Sluice as whoever runs the bench
+  cat "$d/cert.pem" "$d/key.pem" >"$d/both.pem"   # HAProxy's crt: certificate and key in one file
+  TLS_CERT="$d/cert.pem" TLS_KEY="$d/key.pem" TLS_BOTH="$d/both.pem"
+}
+
+tls_session_info() {  # tls_session_info PORT -> "PROTOCOL CIPHER" negotiated by a default openssl client
+  timeout 5 openssl s_client -connect "127.0.0.1:$1" -servername localhost </dev/null 2>/dev/null |
+    awk '/^New, .*Cipher is/ { p = $2; sub(",", "", p); c = $NF } END { print (p ? p : "?"), (c ? c : "?") }'
 }
 
 http_burst() {  # http_burst URL N -> up to N GETs on one keep-alive connection, stopping at the

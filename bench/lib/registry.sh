@@ -12,15 +12,18 @@
 # default  its place in DEFAULT_CONTENDERS (ascending); without it, it runs only when
 #          named in CONTENDERS
 # ratios   pairs it adds to the default RATIOS (in DEFAULT_CONTENDERS order)
+# tls      1: it listens with TLS (the bench's EC P-256 certificate, $TLS_CERT/$TLS_KEY):
+#          wrk drives https://, and each round also times new connections (full
+#          handshakes, then resumed ones) with openssl s_time
 
-declare -A DECL_FILE DECL_EXPECT DECL_NEEDS DECL_DEFAULT DECL_RATIOS
+declare -A DECL_FILE DECL_EXPECT DECL_NEEDS DECL_DEFAULT DECL_RATIOS DECL_TLS
 LOADING_NAME=""          # the contender whose file is being sourced
 
 contender() {  # contender NAME [KEY=VALUE...]: the declaration in a contender file
   local name=$1 kv key value v; shift
   [ -n "$LOADING_NAME" ] && [ "$name" = "$LOADING_NAME" ] ||
     die "contender '$name' declared outside bench/contenders/$name.sh (loading: ${LOADING_NAME:-none})"
-  DECL_EXPECT[$name]=200 DECL_NEEDS[$name]="" DECL_DEFAULT[$name]="" DECL_RATIOS[$name]=""
+  DECL_EXPECT[$name]=200 DECL_NEEDS[$name]="" DECL_DEFAULT[$name]="" DECL_RATIOS[$name]="" DECL_TLS[$name]=0
   for kv in "$@"; do
     key=${kv%%=*} value=${kv#*=}
     case $key in
@@ -33,7 +36,9 @@ contender() {  # contender NAME [KEY=VALUE...]: the declaration in a contender f
       default) [[ $value =~ ^[0-9]+$ ]] || die "$name: default=$value (a number)"
                DECL_DEFAULT[$name]=$value ;;
       ratios)  DECL_RATIOS[$name]=$value ;;
-      *)       die "$name: unknown key '$key' (expect, needs, default, ratios)" ;;
+      tls)     [[ $value == 0 || $value == 1 ]] || die "$name: tls=$value (0 or 1)"
+               DECL_TLS[$name]=$value ;;
+      *)       die "$name: unknown key '$key' (expect, needs, default, ratios, tls)" ;;
     esac
   done
 }
@@ -68,6 +73,14 @@ needs() {  # needs NAME WHAT: does contender NAME declare needs=WHAT
   [[ " ${DECL_NEEDS[$1]:-} " == *" $2 "* ]]
 }
 
+is_tls() { [ "${DECL_TLS[$1]:-0}" = 1 ]; }   # is_tls NAME: declared tls=1
+
+any_tls() {  # any_tls: does any contender in CONTENDERS listen with TLS
+  local name
+  for name in $CONTENDERS; do is_tls "$name" && return 0; done
+  return 1
+}
+
 any_needs() {  # any_needs WHAT: does any contender in CONTENDERS need WHAT
   local name
   for name in $CONTENDERS; do needs "$name" "$1" && return 0; done
@@ -76,7 +89,7 @@ any_needs() {  # any_needs WHAT: does any contender in CONTENDERS need WHAT
 
 # ---------------------------------------------------------------- registration
 CONTENDER_LIST=()        # names, in registration (= start) order
-declare -A C_PID C_PORT C_PATH C_EXPECT C_REDIS C_METRICS
+declare -A C_PID C_PORT C_PATH C_EXPECT C_REDIS C_METRICS C_SCHEME
 
 # add_contender NAME PID PORT [PATH [EXPECT]]: called by a start function once the server
 # is ready. CPU is measured over PID and its direct children (nginx master + workers).
@@ -86,6 +99,10 @@ declare -A C_PID C_PORT C_PATH C_EXPECT C_REDIS C_METRICS
 add_contender() {
   CONTENDER_LIST+=("$1")
   C_PID[$1]=$2; C_PORT[$1]=$3; C_PATH[$1]=${4:-/}; C_EXPECT[$1]=${5:-${DECL_EXPECT[$1]:-200}}
+  C_SCHEME[$1]=http; is_tls "$1" && C_SCHEME[$1]=https
+  return 0
 }
+
+contender_url() { echo "${C_SCHEME[$1]}://127.0.0.1:${C_PORT[$1]}${C_PATH[$1]}"; }
 
 expects_429() { [[ ",${C_EXPECT[$1]}," == *,429,* ]]; }

@@ -50,8 +50,9 @@ EOF
 }
 
 # ---------------------------------------------------------------- nginx
-start_nginx_proxy() {  # start_nginx_proxy NAME PORT [HTTP_EXTRA [LOCATION_EXTRA]]
-  local name=$1 port=$2 http_extra=${3:-} location_extra=${4:-} conf="$WORK/$1.conf"
+start_nginx_proxy() {  # start_nginx_proxy NAME PORT [HTTP_EXTRA [LOCATION_EXTRA [LISTEN_OPTS [SERVER_EXTRA]]]]
+  local name=$1 port=$2 http_extra=${3:-} location_extra=${4:-} listen_opts=${5:-} server_extra=${6:-}
+  local conf="$WORK/$1.conf"
   {
     nginx_common "$name"
     echo "http {"
@@ -64,7 +65,8 @@ start_nginx_proxy() {  # start_nginx_proxy NAME PORT [HTTP_EXTRA [LOCATION_EXTRA
         keepalive_requests 1000000;
     }
     server {
-        listen 127.0.0.1:$port;
+        listen 127.0.0.1:$port$listen_opts;
+        $server_extra
         location / {
             $location_extra
             proxy_pass http://backend;
@@ -82,8 +84,8 @@ EOF
 }
 
 # ---------------------------------------------------------------- HAProxy
-start_haproxy() {  # start_haproxy NAME PORT: mode http, keep-alive, http-reuse always
-  local name=$1 port=$2 conf="$WORK/$1.cfg"
+start_haproxy() {  # start_haproxy NAME PORT [BIND_OPTS]: mode http, keep-alive, http-reuse always
+  local name=$1 port=$2 bind_opts=${3:-} conf="$WORK/$1.cfg"
   cat >"$conf" <<EOF
 global
     nbthread 1
@@ -101,7 +103,7 @@ defaults
     timeout http-keep-alive 30s
 
 frontend fe
-    bind 127.0.0.1:$port
+    bind 127.0.0.1:$port$bind_opts
     default_backend be
 
 backend be
@@ -138,6 +140,49 @@ EOF
   "$SLUICE_BIN" --check --config "$conf" >/dev/null || die "$name: sluice config check failed ($conf)"
   SLUICE_HASH_SECRET=$HASH_SECRET start_bg "$name" proxy -- "$SLUICE_BIN" --config "$conf"
   wait_log_line "$WORK/$name.err.log" "proxy listening on 127.0.0.1:$port" "$BG_PID" "$name"
+  add_contender "$name" "$BG_PID" "$port"
+}
+
+# ---------------------------------------------------------------- TLS
+# The same TLS settings for the three TLS contenders: the bench's EC P-256 certificate
+# ($TLS_CERT), TLS 1.2 and 1.3, Sluice's TLS 1.2 suites (ECDHE + AEAD; TLS 1.3's are
+# OpenSSL's defaults everywhere), ALPN http/1.1, session tickets on (each server's own
+# ticket keys), no server-side session cache where it can be turned off.
+TLS12_CIPHERS=ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305
+
+start_nginx_tls() {  # start_nginx_tls NAME PORT
+  start_nginx_proxy "$1" "$2" "" "" " ssl" "ssl_certificate $TLS_CERT;
+        ssl_certificate_key $TLS_KEY;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_ciphers $TLS12_CIPHERS;
+        ssl_session_tickets on;
+        ssl_session_cache none;"
+}
+
+start_haproxy_tls() {  # start_haproxy_tls NAME PORT
+  start_haproxy "$1" "$2" " ssl crt $TLS_BOTH ssl-min-ver TLSv1.2 alpn http/1.1 ciphers $TLS12_CIPHERS"
+}
+
+start_sluice_tls() {  # start_sluice_tls NAME TLS_PORT ADMIN_PORT: start_sluice's config, plus server.tls
+  local name=$1 port=$2 admin_port=$3 conf="$WORK/$1.yaml"
+  ensure_sluice
+  cat >"$conf" <<EOF
+server:
+  listen: "127.0.0.1:0"
+  threads: 1
+  max_connections: 10000
+  tls:
+    listen: "127.0.0.1:$port"
+    certificates: [ { cert_file: "$TLS_CERT", key_file: "$TLS_KEY" } ]
+    min_version: "1.2"
+    session_tickets: true
+admin:  { listen: "127.0.0.1:$admin_port" }
+upstream: { url: "http://127.0.0.1:$UP_PORT", max_idle_per_worker: 256 }
+log: { level: warn, access: { path: "off" } }
+EOF
+  "$SLUICE_BIN" --check --config "$conf" >/dev/null || die "$name: sluice config check failed ($conf)"
+  SLUICE_HASH_SECRET=$HASH_SECRET start_bg "$name" proxy -- "$SLUICE_BIN" --config "$conf"
+  wait_log_line "$WORK/$name.err.log" "TLS listening on 127.0.0.1:$port" "$BG_PID" "$name"
   add_contender "$name" "$BG_PID" "$port"
 }
 

@@ -10,7 +10,7 @@ status_file = sys.argv[5]
 rows = {}
 for line in open(tsv):
     if line.startswith("#"): continue
-    f = line.rstrip("\n").split("\t") + ["-"] * 5
+    f = line.rstrip("\n").split("\t") + ["-"] * 10
     rnd, name, rps, p50, p99, req, non, sock, ticks, cpu = f[:10]
     num = lambda x: None if x in ("-", "") else int(x)
     rticks, rcmds, scmds, swrites, serrs = map(num, f[10:15])
@@ -18,7 +18,9 @@ for line in open(tsv):
         req=int(req), non=int(non), sock=int(sock), cpu=float(cpu),
         rcpu=None if rticks is None else rticks / clk * 1e6 / int(req),
         rcmd=None if rcmds is None else rcmds / int(req),
-        pipe=None if not swrites else scmds / swrites, scmds=scmds, swrites=swrites, serrs=serrs))
+        pipe=None if not swrites else scmds / swrites, scmds=scmds, swrites=swrites, serrs=serrs,
+        **{k: None if v in ("-", "") else float(v) for k, v in
+           zip(("tnew", "tnewcpu", "treuse", "treusecpu", "tresumed"), f[15:20])}))
 mix = {}  # warm-up status counts: name -> {code: count}
 if status_file and os.path.exists(status_file):
     for line in open(status_file):
@@ -104,3 +106,20 @@ if redis:
         print(); print("Redis store overhead (sluice-redis vs sluice-limit-pass: the same policy, Redis store vs memory store):")
         print(f"  req/s {-thr:+.1f}%  Sluice CPU us/req {cpu:+.1f}%  Sluice + redis-server CPU us/req "
               f"{100 * (rsum / B['cpu'] - 1):+.1f}%  (throughput lost {thr:.1f}%)  goal < 15%: {'met' if thr < 15 else 'NOT met'}")
+
+tls = [n for n in order if n in rows and any(r["tnew"] is not None for r in rows[n])]
+if tls:
+    md = lambda n, k: statistics.median(r[k] for r in rows[n] if r[k] is not None)
+    print(); print("TLS (medians over rounds): keep-alive HTTPS req/s and CPU from the table above; new connections")
+    print("per second from openssl s_time (each connection a handshake + one HTTP/1.0 GET; full = -new,")
+    print("resumed = -reuse, a session ticket from the client's first connection), CPU = the contender's per connection:")
+    hdr = (f"  {'proxy':<{W}} | {'req/s':>9} | {'CPU us/req':>10} | {'full conns/s':>12} | {'CPU us':>7}"
+           f" | {'resumed conns/s':>15} | {'CPU us':>7} | resumed %")
+    print(hdr); print("  " + "-" * (len(hdr) - 2))
+    for n in tls:
+        print(f"  {n:<{W}} | {med[n]['rps']:>9.0f} | {med[n]['cpu']:>10.2f} | {md(n, 'tnew'):>12.0f} | {md(n, 'tnewcpu'):>7.1f}"
+              f" | {md(n, 'treuse'):>15.0f} | {md(n, 'treusecpu'):>7.1f} | {md(n, 'tresumed'):.1f}")
+    base = tls[0]
+    for n in tls[1:]:
+        print(f"  {base}/{n}: keep-alive req/s {div(med[base]['rps'], med[n]['rps'])}"
+              f"  full conns/s {div(md(base, 'tnew'), md(n, 'tnew'))}  resumed conns/s {div(md(base, 'treuse'), md(n, 'treuse'))}")
