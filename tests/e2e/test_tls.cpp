@@ -641,6 +641,9 @@ TEST_CASE("tls: optional client certificates: a verified one names the user, one
         CAPTURE(top);
         CHECK(identities == std::vector<std::string>{"user cert:"s + alice_name, "user cert:"s + bob_name});
         if (std::string(choice) != "subject_cn") continue;
+        // The server asks for a certificate of its CA.
+        CHECK(s_client(p, {}).out.find("Acceptable client certificate CA names\nCN = sluice-test-ca\n") !=
+              std::string::npos);
         // Signed by another CA: refused at the handshake (on TLS 1.3 the client hears of it
         // after its side is done, at its first read).
         CHECK(curl_status(p, "/echo", {"--cert", pki("mallory.pem"), "--key", pki("mallory.key")}) == 0);
@@ -667,6 +670,21 @@ TEST_CASE("tls: client_certificates required: a handshake without one fails") {
     CHECK(curl_status(p, "/limited", {"--cert", pki("alice.pem"), "--key", pki("alice.key")}) == 200);
     CHECK(eventually_handshakes(f.gw->admin_port, "failed", "none", 3) == 3);
     CHECK(handshakes(f.metrics(), "ok", "TLSv1.3") == 1);
+}
+
+TEST_CASE("tls: client_certificates none with a client_ca_file: no certificate is asked for") {
+    tls_fixture f("client_ca_file: \"" + pki("ca.pem") + "\", client_certificates: none");
+    const auto p = f.gw->tls_port;
+    for (const char* version : {"-tls1_2", "-tls1_3"}) {
+        CAPTURE(version);
+        const auto r = s_client(p, {version});
+        CHECK(r.status == 0);
+        CHECK(r.out.find("No client certificate CA names sent") != std::string::npos);
+    }
+    // A certificate no CA of ours signed is not asked for, so not refused.
+    tls_client c12(p, tls12(pki("mallory.pem"), pki("mallory.key")));
+    REQUIRE_MESSAGE(c12.ok(), c12.error);
+    CHECK(c12.request(make_request("GET", "/echo")).status == 200);
 }
 
 TEST_CASE("tls: require_known with optional client certificates: an API key or a certificate, else 401") {
