@@ -71,6 +71,7 @@ TEST_CASE("restart_only_keys: the keys a reload keeps, declared by the schema") 
     const std::vector<std::string> expected{"server.listen",
                                             "server.threads",
                                             "server.max_connections",
+                                            "server.tls.listen",
                                             "admin.listen",
                                             "upstream.url",
                                             "upstream.max_idle_per_worker",
