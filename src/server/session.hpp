@@ -131,10 +131,9 @@ private:
     std::optional<http::response_parser> resp_parser_;
     std::unique_ptr<proxy::upstream_connection> up_;  // watched by track_ while held
     bool first_ = true;
-    bool client_left_ = false;
-    bool tls_ = false;         // a TLS listener's connection (secure once its handshake is done)
-    std::string certificate_;  // the user a verified client certificate names (clients.user.certificate)  //
-                               // check_client_left() saw the client go while the upstream worked
+    bool client_left_ = false;  // check_client_left() saw the client go while the upstream worked
+    bool tls_ = false;          // a TLS listener's connection (secure once its handshake is done)
+    std::string certificate_;   // the user a verified client certificate names (clients.user.certificate)
 };
 
 }  // namespace sluice::server
