@@ -757,6 +757,18 @@ TEST_CASE("tls: handshake_timeout closes a silent connection, garbage is closed 
     CHECK(eventually_handshakes(f.gw->admin_port, "ok", "TLSv1.3", 1) == 1);
 }
 
+TEST_CASE("tls: without handshake_timeout the handshake has server.header_timeout") {
+    tls_fixture f("", {{"server.threads", "1"}, {"server.header_timeout", "400ms"}});
+    connection c("127.0.0.1", f.gw->tls_port);
+    const auto start = steady_clock::now();
+    const auto e = read_to_close(c, 5s);
+    CHECK(e.closed);
+    CHECK(e.bytes.empty());
+    CHECK(steady_clock::now() - start >= 350ms);
+    CHECK(steady_clock::now() - start < 3s);
+    CHECK(eventually_handshakes(f.gw->admin_port, "timeout", "none", 1) == 1);
+}
+
 TEST_CASE("tls: server.max_connections bounds TLS connections too") {
     tls_fixture f("", {{"server.threads", "1"}, {"server.max_connections", "1"}});
     const auto p = f.gw->tls_port;
