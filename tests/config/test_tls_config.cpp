@@ -214,8 +214,8 @@ TEST_CASE("server.tls: client certificate settings that cannot work, and the oth
                    "names a user)");
 
     std::tie(yaml, e) = with("    min_version: '1.1'\n");
-    CHECK(e == at(yaml, 7, "'1.1'") +
-                   "server.tls.min_version: expected \"1.2\" or \"1.3\" (no TLS below 1.2 is served)");
+    CHECK(e ==
+          at(yaml, 7, "'1.1'") + "server.tls.min_version: expected \"1.2\" or \"1.3\" (no TLS below 1.2 is served)");
     std::tie(yaml, e) = with("    alpn: [h2]\n");
     CHECK(e == at(yaml, 7, "h2") + "server.tls.alpn[0]: expected \"http/1.1\" (the only protocol served over TLS)");
     std::tie(yaml, e) = with("    max_handshakes: 0\n");
@@ -229,8 +229,8 @@ TEST_CASE("server.tls: client certificate settings that cannot work, and the oth
 
     yaml = "upstream: {url: 'http://h'}\nserver:\n  tls: {listen: '127.0.0.1:8443', certificates: []}\n";
     CHECK(error_of(yaml) == at(yaml, 3, "[]") + "server.tls.certificates: must not be empty");
-    CHECK(error_of("upstream: {url: 'http://h'}\nserver:\n  tls: {certificates: [{cert_file: '" + a +
-                   "', key_file: '" + key + "'}]}\n") == "inline.yaml:3:8: server.tls.listen: required key is missing");
+    CHECK(error_of("upstream: {url: 'http://h'}\nserver:\n  tls: {certificates: [{cert_file: '" + a + "', key_file: '" +
+                   key + "'}]}\n") == "inline.yaml:3:8: server.tls.listen: required key is missing");
     CHECK(error_of("upstream: {url: 'http://h'}\nserver:\n  tls: {listen: '127.0.0.1:8443'}\n") ==
           "inline.yaml:3:8: server.tls.certificates: required key is missing");
 }
