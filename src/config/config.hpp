@@ -327,6 +327,7 @@ struct route_config {
     std::string cost_header;           // the upstream's response field reporting the request's cost ("" = none)
     std::int64_t max_cost = 0;         // with cost_header: the most charged (>= cost, fits like cost)
     std::string path_at;               // "FILE:LINE:COLUMN: routes[i].match.path": for the router's errors
+    std::string host_at;               // "FILE:LINE:COLUMN: routes[i].match.host": for the TLS warning
 
     bool operator==(const route_config&) const = default;
 };

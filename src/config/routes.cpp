@@ -20,14 +20,17 @@ void read_match(const node_ref& n, route_config& r) {
         out = read_checked(v, is_route_path, bad_route_path);
         r.path_at = v.where();  // the router checks the path is in its normal form
     };
-    read_mapping(
-        n, {
-               {"path", [&](const node_ref& v) { read_path(v, r.path); }},
-               {"path_prefix", [&](const node_ref& v) { read_path(v, r.path_prefix); }},
-               {"methods", [&](const node_ref& v) { r.methods = read_distinct(v, read_method); }},
-               {"host", [&](const node_ref& v) { r.host = to_lower(read_checked(v, is_dns_name, bad_route_host)); }},
-               {"case_insensitive", [&](const node_ref& v) { r.case_insensitive = schema::read_bool(v); }},
-           });
+    read_mapping(n, {
+                        {"path", [&](const node_ref& v) { read_path(v, r.path); }},
+                        {"path_prefix", [&](const node_ref& v) { read_path(v, r.path_prefix); }},
+                        {"methods", [&](const node_ref& v) { r.methods = read_distinct(v, read_method); }},
+                        {"host",
+                         [&](const node_ref& v) {
+                             r.host = to_lower(read_checked(v, is_dns_name, bad_route_host));
+                             r.host_at = v.where();
+                         }},
+                        {"case_insensitive", [&](const node_ref& v) { r.case_insensitive = schema::read_bool(v); }},
+                    });
     if (r.path.empty() && r.path_prefix.empty()) n.fail(route_needs_path);
 }
 

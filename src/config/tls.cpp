@@ -231,7 +231,7 @@ void check_tls(config& c) {
         });
         if (!covered)
             c.warnings.push_back(
-                c.source + ": routes[" + std::to_string(i) + "].match.host: " + host +
+                c.routes[i].host_at + ": " + host +
                 " is a name no certificate of server.tls.certificates covers: a TLS client asking "
                 "for it gets the default certificate, for " +
                 (certs.empty() || certs.front().names.empty() ? std::string("no name") : certs.front().names.front()));

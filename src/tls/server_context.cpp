@@ -153,7 +153,9 @@ server_contexts::server_contexts(const config::tls_config& t) {
             SSL_CTX_set_session_cache_mode(x, SSL_SESS_CACHE_OFF);
         }
         use_certificate(x, c);
-        if (!t.client_ca_pem.empty()) trust_client_ca(x, t);
+        // client_certificates: none asks for no certificate, even with a client_ca_file.
+        if (!t.client_ca_pem.empty() && t.client_certificates != config::tls_config::client_certs::none)
+            trust_client_ca(x, t);
         SSL_CTX_set_tlsext_servername_callback(x, on_servername);
         SSL_CTX_set_tlsext_servername_arg(x, this);
         if (!alpn_.empty()) SSL_CTX_set_alpn_select_cb(x, on_alpn, this);

@@ -7,9 +7,12 @@
 
 #include <doctest/doctest.h>
 #include <openssl/evp.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -148,5 +151,68 @@ struct tls_files {
 // the string claims given.
 std::string hs256_token(const std::string& secret, const std::string& sub, long exp_offset,
                         const std::vector<std::pair<std::string, std::string>>& claims = {});
+
+// What the gateway sends before it closes the connection (bounded by `limit`), and
+// whether it closed.
+struct ending {
+    std::string bytes;
+    bool closed = false;
+};
+inline ending read_to_close(connection& c, std::chrono::milliseconds limit = 10s) {
+    ending e;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    char buf[4096];
+    for (;;) {
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) return e;
+        pollfd p{c.fd(), POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+        const ssize_t n = ::recv(c.fd(), buf, sizeof buf, MSG_DONTWAIT);
+        if (n > 0) {
+            e.bytes.append(buf, static_cast<std::size_t>(n));
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        e.closed = true;  // EOF or reset
+        return e;
+    }
+}
+
+// HAProxy in TCP mode on 127.0.0.1:port in front of the gateway, sending PROXY headers.
+// (Shared by the PROXY protocol and the TLS tests.)
+struct haproxy {
+    haproxy(std::uint16_t gateway_port, const std::string& send_proxy) : port(unused_port()) {
+        if (::system("command -v haproxy >/dev/null 2>&1") != 0)
+            FAIL("haproxy is not installed: the PROXY protocol tests need it (scripts/install-deps.sh installs it)");
+        dir = make_temp_dir();
+        write_file(dir + "/haproxy.cfg",
+                   "global\n  maxconn 64\n"
+                   "defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n"
+                   "frontend in\n  bind 127.0.0.1:" +
+                       std::to_string(port) +
+                       "\n  default_backend gateway\n"
+                       "backend gateway\n  server gw 127.0.0.1:" +
+                       std::to_string(gateway_port) + " " + send_proxy + "\n");
+        proc = std::make_unique<process>(std::vector<std::string>{"haproxy", "-db", "-f", dir + "/haproxy.cfg"});
+        // Listening once a connection is accepted (bounded: eventually's 10 s).
+        const bool up = eventually([&] {
+            try {
+                connection c("127.0.0.1", port, 1s);
+                return true;
+            } catch (const std::exception&) {
+                return false;
+            }
+        });
+        if (!up) FAIL("haproxy did not listen on port " << port << ":\n" << proc->output());
+    }
+    ~haproxy() {
+        proc.reset();
+        std::filesystem::remove_all(dir);
+    }
+    std::uint16_t port;
+    std::string dir;
+    std::unique_ptr<process> proc;
+};
 
 }  // namespace sluice::test

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 
 namespace sluice::test {
@@ -16,6 +17,24 @@ std::uint16_t parse_port(const std::string& s) {
     unsigned long v = std::stoul(s);
     if (v == 0 || v > 65535) throw std::runtime_error("invalid port in log line: " + s);
     return static_cast<std::uint16_t>(v);
+}
+
+// Whether the YAML text has server.tls in block style: a line "  tls:" (any indentation)
+// among the indented lines that follow "server:".
+bool has_server_tls(const std::string& yaml) {
+    std::istringstream in(yaml);
+    std::string line;
+    bool in_server = false;
+    while (std::getline(in, line)) {
+        if (line.empty() || line[0] == '#') continue;
+        if (line[0] != ' ') {
+            in_server = line.rfind("server:", 0) == 0;
+            continue;
+        }
+        const auto first = line.find_first_not_of(' ');
+        if (in_server && line.compare(first, 4, "tls:") == 0) return true;
+    }
+    return false;
 }
 
 struct yaml_node {
@@ -122,6 +141,8 @@ std::unique_ptr<gateway> start_gateway(const std::string& yaml_text, std::vector
     auto g = launch_gateway(yaml_text, std::move(extra_args), std::move(extra_env));
     g->port = parse_port(g->proc->wait_for_line(R"(proxy listening on 127\.0\.0\.1:(\d+))").at(1));
     g->admin_port = parse_port(g->proc->wait_for_line(R"(admin listening on 127\.0\.0\.1:(\d+))").at(1));
+    if (has_server_tls(yaml_text))
+        g->tls_port = parse_port(g->proc->wait_for_line(R"(TLS listening on 127\.0\.0\.1:(\d+))").at(1));
     return g;
 }
 

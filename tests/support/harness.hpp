@@ -44,6 +44,7 @@ struct gateway {
     std::unique_ptr<process> proc;
     std::uint16_t port = 0;        // proxy port (0 until known)
     std::uint16_t admin_port = 0;  // admin port (0 until known)
+    std::uint16_t tls_port = 0;    // server.tls.listen's port (0 without server.tls)
     std::string config_path;       // DIR/sluice.yaml; rewrite it and send SIGHUP to test reloads
     std::string dir;               // the per-gateway temp dir holding the config
 };
@@ -54,8 +55,10 @@ std::unique_ptr<gateway> launch_gateway(const std::string& yaml_text, std::vecto
                                         env_list extra_env = {});
 
 // launch_gateway(), then waits (15 s each) for the log lines "proxy listening on 127.0.0.1:PORT"
-// and "admin listening on 127.0.0.1:PORT" and fills in port and admin_port. Throws, with the
-// gateway's output, if they do not appear (e.g. the gateway exited).
+// and "admin listening on 127.0.0.1:PORT" and fills in port and admin_port; and when the
+// config has server.tls written in block style (a "tls:" line indented under "server:"), for
+// "TLS listening on 127.0.0.1:PORT" too, into tls_port. Throws, with the gateway's output, if
+// they do not appear (e.g. the gateway exited).
 std::unique_ptr<gateway> start_gateway(const std::string& yaml_text, std::vector<std::string> extra_args = {},
                                        env_list extra_env = {});
 
