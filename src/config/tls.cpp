@@ -220,6 +220,11 @@ void check_tls(config& c) {
         (!c.server.tls || c.server.tls->client_ca_file.empty()))
         throw config_error(c.clients.user_certificate_at +
                            ": needs server.tls.client_ca_file (only a verified client certificate names a user)");
+    if (c.clients.user_certificate != clients_config::certificate_name::none &&
+        c.server.tls->client_certificates == tls_config::client_certs::none)
+        throw config_error(c.clients.user_certificate_at +
+                           ": server.tls.client_certificates is none: no client certificate is asked for, so none "
+                           "would name a user");
     if (!c.server.tls) return;
     const auto& certs = c.server.tls->certificates;
     for (std::size_t i = 0; i < c.routes.size(); ++i) {

@@ -51,9 +51,9 @@ std::int64_t reported_charge(const http::message_head& resp, const route::route&
     return std::max<std::int64_t>(0, cost - r.cost);
 }
 
-awaitable<error_code> wait_readable(tcp::socket& s) {
+awaitable<error_code> wait_readable(tls::stream& s) {
     char byte;
-    auto [ec, n] = co_await http::async_peek(s, byte, http::use_tuple);
+    auto [ec, n] = co_await s.async_wait_data(byte, http::use_tuple);
     // bytes, an end or an error: the upstream has something to say, heard by the read
     co_return ec == asio::error::operation_aborted ? ec : error_code{};
 }
@@ -197,7 +197,7 @@ awaitable<session::step> session::send_request(body_framing framing, std::uint64
             framing == body_framing::chunked ? http::body_sink::framing::chunked : http::body_sink::framing::identity;
         auto sent = co_await (relay_.pump(p, client_, in_, cfg_->server.idle_timeout, &req_.body_deadline, up_->stream,
                                           up_cfg.timeout, out_) ||
-                              wait_readable(up_->stream.socket()));
+                              wait_readable(up_->stream));
         if (sent.index() == 0) {
             r = std::get<0>(sent);
         } else if (auto ec = relay_.timed(std::get<1>(sent))) {

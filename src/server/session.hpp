@@ -159,7 +159,7 @@ private:
     std::optional<http::request_parser> parser_;
     std::optional<http::response_parser> resp_parser_;
     std::unique_ptr<proxy::upstream_connection> up_;  // watched by track_ while held
-    bool client_left_ = false;  // check_client_left() saw the client go while the upstream worked
+    bool client_left_ = false;                        // check_client_left() saw the client go while the upstream worked
 };
 
 }  // namespace sluice::server

@@ -88,6 +88,19 @@ public:
         });
     }
 
+    // Completes, consuming nothing, once a byte of data can be read (n = 1), or at the end or
+    // an error: a one-byte MSG_PEEK receive on a plain stream; on TLS an SSL_peek, so that
+    // records that carry no data (a TLS 1.3 server's session tickets after the handshake)
+    // are taken in and waited past, not mistaken for an answer. `byte` must outlive it.
+    template <class Token>
+    auto async_wait_data(char& byte, Token&& token) {
+        if (!ssl_)
+            return sock_.async_receive(boost::asio::buffer(&byte, 1), tcp::socket::message_peek,
+                                       std::forward<Token>(token));
+        return run(std::forward<Token>(token),
+                   [&byte](SSL* s, std::size_t& n) { return SSL_peek_ex(s, &byte, 1, &n); });
+    }
+
     // A read that never waits: would_block when nothing is there yet. On TLS, the
     // socket's readability says nothing until this has failed so (OpenSSL may hold bytes).
     std::size_t read_some_now(boost::asio::mutable_buffer b, error_code& ec);
@@ -117,7 +130,6 @@ private:
         stream& s;
         Call call;
         bool started = false;
-        char peeked = 0;
 
         template <class Self>
         void operator()(Self& self, error_code ec = {}, std::size_t = 0) {
@@ -128,12 +140,13 @@ private:
             switch (SSL_get_error(s.ssl_.get(), r)) {
                 case SSL_ERROR_WANT_READ:
                     started = true;
-                    s.sock_.async_receive(boost::asio::buffer(&peeked, 1), tcp::socket::message_peek, std::move(self));
+                    // The byte is the stream's: the op moves with `self`.
+                    s.sock_.async_receive(boost::asio::buffer(&s.peeked_, 1), tcp::socket::message_peek,
+                                          std::move(self));
                     return;
                 case SSL_ERROR_WANT_WRITE:
                     started = true;
-                    s.sock_.async_wait(tcp::socket::wait_write,
-                                       [self = std::move(self)](error_code e) mutable { self(e, 0); });
+                    s.sock_.async_wait(tcp::socket::wait_write, std::move(self));
                     return;
                 default: return finish(self, ssl_error(s.ssl_.get(), r), 0);
             }
@@ -155,6 +168,7 @@ private:
 
     tcp::socket sock_;
     ssl_ptr ssl_;
+    char peeked_ = 0;  // where a readability wait's peeked byte lands (never read)
 };
 
 }  // namespace sluice::tls

@@ -213,6 +213,12 @@ TEST_CASE("server.tls: client certificate settings that cannot work, and the oth
                    "clients.user.certificate: needs server.tls.client_ca_file (only a verified client certificate "
                    "names a user)");
 
+    std::tie(yaml, e) = with("    client_ca_file: '" + pki("ca.pem") + "'\n    client_certificates: none\n",
+                             "clients: {user: {certificate: subject_cn}}\n");
+    CHECK(e == at(yaml, 9, "subject_cn") +
+                   "clients.user.certificate: server.tls.client_certificates is none: no client certificate is "
+                   "asked for, so none would name a user");
+
     std::tie(yaml, e) = with("    min_version: '1.1'\n");
     CHECK(e ==
           at(yaml, 7, "'1.1'") + "server.tls.min_version: expected \"1.2\" or \"1.3\" (no TLS below 1.2 is served)");

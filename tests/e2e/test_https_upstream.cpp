@@ -28,7 +28,8 @@ struct nginx_options {
 // Each answer says whether its TLS session was resumed ("r") or not ("."), over which
 // protocol, the SNI it got, and the client certificate's subject.
 struct nginx_server {
-    nginx_server(const tls_files& f, const nginx_options& o = {}) : port(unused_port()), dir(make_temp_dir()) {
+    nginx_server(const tls_files& f, const nginx_options& o = {})
+        : port(unused_port()), plain_port(unused_port()), dir(make_temp_dir()) {
         if (::system("command -v nginx >/dev/null 2>&1") != 0)
             FAIL("nginx is not installed: the https upstream tests need it (scripts/install-deps.sh installs it)");
         std::string conf = R"(daemon off;
@@ -44,11 +45,18 @@ http {
   uwsgi_temp_path DIR/uwsgi;
   scgi_temp_path DIR/scgi;
   server {
+    listen 127.0.0.1:PLAIN;
+    location / { return 200 "body of $content_length bytes"; }
+  }
+  server {
     listen 127.0.0.1:PORT ssl;
     ssl_certificate CERTS/server.pem;
     ssl_certificate_key CERTS/server.key;
     ssl_protocols PROTOCOLS;
     CLIENT
+    location /body {
+      proxy_pass http://127.0.0.1:PLAIN;
+    }
     location / {
       add_header X-Reused $ssl_session_reused always;
       add_header X-Protocol $ssl_protocol always;
@@ -60,11 +68,13 @@ http {
 }
 )";
         const std::string client = o.verify_client ? "ssl_verify_client on; ssl_client_certificate CERTS/ca.pem;" : "";
-        for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{{"CLIENT", client},
-                                                                                       {"DIR", dir},
-                                                                                       {"CERTS", f.dir},
-                                                                                       {"PORT", std::to_string(port)},
-                                                                                       {"PROTOCOLS", o.protocols}}) {
+        for (const auto& [from, to] :
+             std::vector<std::pair<std::string, std::string>>{{"CLIENT", client},
+                                                              {"DIR", dir},
+                                                              {"CERTS", f.dir},
+                                                              {"PORT", std::to_string(port)},
+                                                              {"PLAIN", std::to_string(plain_port)},
+                                                              {"PROTOCOLS", o.protocols}}) {
             for (auto at = conf.find(from); at != std::string::npos; at = conf.find(from, at + to.size()))
                 conf.replace(at, from.size(), to);
         }
@@ -86,6 +96,7 @@ http {
         if (!std::getenv("SLUICE_TEST_KEEP_TMP")) std::filesystem::remove_all(dir);
     }
     std::uint16_t port;
+    std::uint16_t plain_port;  // /body on the TLS port reads the whole body, then asks this one
     std::string dir;
     std::unique_ptr<process> proc;
 };
@@ -297,4 +308,22 @@ TEST_CASE("https upstream: a handshake the upstream never answers ends at connec
     CHECK(took < 5s);
     CHECK(eventually_metric(gw->admin_port, "sluice_upstream_errors_total{kind=\"connect_timeout\"}", 1) == 1);
     ::close(fd);
+}
+
+TEST_CASE("https upstream: a streamed request body reaches a TLS 1.3 upstream whose session tickets come first") {
+    // A TLS 1.3 server sends its tickets after the handshake: bytes on the upstream socket
+    // before any answer. They must not be taken for an early answer (which stops sending
+    // the body, and then waits for an answer the upstream cannot give without it).
+    tls_files f;
+    nginx_server n(f, {"TLSv1.3"});
+    yaml_overrides o{{"server.threads", "1"},
+                     {"upstream.url", quoted("https://127.0.0.1:" + std::to_string(n.port))},
+                     {"upstream.tls", ca_only(f)},
+                     {"upstream.timeout", "5s"},
+                     {"proxy.request_buffering", "false"}};
+    auto gw = start_gateway(gateway_yaml(n.port, o));
+    const std::string body(300 * 1024, 'b');
+    const auto r = fetch(gw->port, "POST", "/body", {{"Content-Type", "application/octet-stream"}}, body);
+    CHECK(r.status == 200);
+    CHECK(r.body == "body of " + std::to_string(body.size()) + " bytes");
 }
