@@ -34,6 +34,9 @@ using bio_ptr = std::unique_ptr<BIO, bio_free>;
 using x509_ptr = std::unique_ptr<X509, x509_free>;
 using pkey_ptr = std::unique_ptr<EVP_PKEY, pkey_free>;
 
+// An encrypted key is refused, never prompted for on a terminal.
+int no_passphrase(char*, int, int, void*) { return -1; }
+
 bio_ptr memory_bio(const std::string& text) {
     return bio_ptr(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
 }
@@ -123,7 +126,7 @@ tls_certificate read_certificate(const node_ref& n) {
     auto chain = certificates_of(c.cert_pem);
     if (chain.empty()) cert_at->fail(c.cert_file + " holds no PEM certificate");
     auto bio = memory_bio(c.key_pem);
-    pkey_ptr key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+    pkey_ptr key(PEM_read_bio_PrivateKey(bio.get(), nullptr, no_passphrase, nullptr));
     ERR_clear_error();
     if (!key) key_at->fail(c.key_file + " holds no PEM private key (an encrypted key is not read)");
     X509* leaf = chain.front().get();

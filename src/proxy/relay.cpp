@@ -89,7 +89,9 @@ awaitable<pump_result> relay::pump(Parser& p, stream& src, boost::beast::flat_bu
         const auto per_read = http::clock::now() + read_timeout;
         track_.arm_until(deadline ? std::min(per_read, deadline->at) : per_read);
         error_code ec;
-        if (deadline && drained && src.pending() == 0) {
+        // Not on TLS: SSL_read hands out one record (16 KiB at most) at a time, so a short
+        // read says nothing of the client's silence there.
+        if (deadline && drained && !src.secure()) {
             // A request body whose client sent less than a piece: it is likely to be silent
             // a while. As between requests, nothing is held meanwhile (out_ was flushed).
             buf.shrink_to_fit();

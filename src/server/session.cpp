@@ -179,13 +179,23 @@ awaitable<bool> session::run() {
     }
 }
 
-// The TLS handshake, within server.tls.handshake_timeout (else server.header_timeout), at
-// most server.tls.max_handshakes at once per worker: beyond, a connection is closed at
-// once (a flood of handshakes costs CPU, never more memory). False: closed.
+// The TLS handshake, within server.tls.handshake_timeout (else server.header_timeout) from
+// accept; from its first byte it counts against server.tls.max_handshakes of the worker:
+// beyond, a connection is closed at once (a flood of handshakes costs CPU, never more
+// memory). False: closed.
 awaitable<bool> session::handshake() {
     using metrics::tls_result;
     using metrics::tls_version;
     const auto& t = *cfg_->server.tls;
+    track_.arm(t.handshake_timeout.count() > 0 ? t.handshake_timeout : cfg_->server.header_timeout);
+    // A connection that has said nothing costs no SSL and holds no handshake slot: idle
+    // connections cannot crowd out the handshakes of clients that speak.
+    auto [waited] = co_await client_.socket().async_wait(tcp::socket::wait_read, http::use_tuple);
+    if (waited) {
+        const bool timeout = proxy::relay::is_timeout(relay_.timed(waited));
+        w_.metrics.tls_handshake(timeout ? tls_result::timeout : tls_result::failed, tls_version::none);
+        co_return false;
+    }
     if (!snap_->tls || w_.handshakes >= t.max_handshakes) {
         w_.metrics.tls_handshake(tls_result::refused, tls_version::none);
         co_return false;
@@ -196,7 +206,6 @@ awaitable<bool> session::handshake() {
         co_return false;
     }
     client_.start_tls(std::move(ssl));
-    track_.arm(t.handshake_timeout.count() > 0 ? t.handshake_timeout : cfg_->server.header_timeout);
     ++w_.handshakes;
     auto [ec, n] = co_await client_.async_handshake(http::use_tuple);
     --w_.handshakes;

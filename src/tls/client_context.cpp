@@ -48,6 +48,9 @@ struct pkey_free {
     void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
 };
 
+// An encrypted key is refused, never prompted for on a terminal.
+int no_passphrase(char*, int, int, void*) { return -1; }
+
 struct file_close {
     void operator()(std::FILE* f) const { std::fclose(f); }
 };
@@ -58,7 +61,7 @@ void load_client_certificate(SSL_CTX* ctx, const config::upstream_tls_config& c)
         refuse(c.cert_file_at, "found no valid PEM certificate in " + c.cert_file);
     std::unique_ptr<std::FILE, file_close> f(std::fopen(c.key_file.c_str(), "r"));
     if (!f) refuse(c.key_file_at, "cannot read " + c.key_file);
-    std::unique_ptr<EVP_PKEY, pkey_free> key(PEM_read_PrivateKey(f.get(), nullptr, nullptr, nullptr));
+    std::unique_ptr<EVP_PKEY, pkey_free> key(PEM_read_PrivateKey(f.get(), nullptr, no_passphrase, nullptr));
     if (!key) refuse(c.key_file_at, "found no valid PEM private key in " + c.key_file);
     if (SSL_CTX_use_PrivateKey(ctx, key.get()) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
         ERR_clear_error();

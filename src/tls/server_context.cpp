@@ -9,6 +9,7 @@
 #include <openssl/rand.h>
 #include <openssl/x509v3.h>
 
+#include <array>
 #include <cstring>
 #include <stdexcept>
 
@@ -22,7 +23,6 @@ using steady = std::chrono::steady_clock;
 constexpr const char* tls12_ciphers =
     "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
     "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
-constexpr unsigned char session_context[] = "sluice";
 
 std::string openssl_reason() {
     const unsigned long e = ERR_get_error();
@@ -32,6 +32,9 @@ std::string openssl_reason() {
     ERR_error_string_n(e, buf, sizeof buf);
     return buf;
 }
+
+// An encrypted key is refused, never prompted for on a terminal.
+int no_passphrase(char*, int, int, void*) { return -1; }
 
 struct bio_free {
     void operator()(BIO* b) const { BIO_free(b); }
@@ -58,7 +61,7 @@ void use_certificate(SSL_CTX* ctx, const config::tls_certificate& c) {
     }
     ERR_clear_error();
     auto kbio = memory_bio(c.key_pem);
-    EVP_PKEY* key = PEM_read_bio_PrivateKey(kbio.get(), nullptr, nullptr, nullptr);
+    EVP_PKEY* key = PEM_read_bio_PrivateKey(kbio.get(), nullptr, no_passphrase, nullptr);
     const bool ok = key && SSL_CTX_use_PrivateKey(ctx, key) == 1 && SSL_CTX_check_private_key(ctx) == 1;
     EVP_PKEY_free(key);
     if (!ok) fail("cannot use the key");
@@ -105,7 +108,7 @@ int ticket_keys::callback(SSL*, unsigned char* name, unsigned char* iv, EVP_CIPH
     std::lock_guard lock(self.mu_);  // per handshake that seals or opens a ticket, never per request
     const auto now = steady::now();
     self.rotate(now);
-    if (self.keys_.empty()) return encrypt ? -1 : 0;
+    if (self.keys_.empty()) return 0;  // no ticket (sealing), a full handshake (opening)
     auto init = [&](const key& k) {
         char digest[] = "SHA256";
         OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_END};
@@ -115,20 +118,29 @@ int ticket_keys::callback(SSL*, unsigned char* name, unsigned char* iv, EVP_CIPH
     };
     if (encrypt) {
         const key& k = self.keys_.front();
-        if (RAND_bytes(iv, EVP_MAX_IV_LENGTH) != 1) return -1;
+        if (RAND_bytes(iv, EVP_MAX_IV_LENGTH) != 1) return 0;
         std::memcpy(name, k.name, sizeof k.name);
-        return init(k) ? 1 : -1;
+        return init(k) ? 1 : 0;
     }
     for (std::size_t i = 0; i < self.keys_.size(); ++i) {
         const key& k = self.keys_[i];
         if (std::memcmp(name, k.name, sizeof k.name) != 0) continue;
-        if (!init(k)) return -1;
+        if (!init(k)) return 0;
         return i == 0 ? 1 : 2;  // 2: an older key opened it; seal a new ticket
     }
     return 0;  // unknown or retired key: a full handshake
 }
 
 server_contexts::server_contexts(const config::tls_config& t) {
+    // A session resumes only under the client certificate settings it was made under: a
+    // reload that changes the CA or the mode makes every client present (and verify) its
+    // certificate again, instead of resuming the identity an old CA vouched for.
+    std::array<unsigned char, 32> sid{};
+    {
+        const std::string what = t.client_ca_pem + '\n' + std::to_string(static_cast<int>(t.client_certificates));
+        unsigned int n = 0;
+        EVP_Digest(what.data(), what.size(), sid.data(), &n, EVP_sha256(), nullptr);
+    }
     for (const auto& p : t.alpn) {
         alpn_.push_back(static_cast<unsigned char>(p.size()));
         alpn_.insert(alpn_.end(), p.begin(), p.end());
@@ -142,7 +154,7 @@ server_contexts::server_contexts(const config::tls_config& t) {
         if (SSL_CTX_set_cipher_list(x, tls12_ciphers) != 1)
             throw std::runtime_error(c.at + ": cipher list: " + openssl_reason());
         SSL_CTX_set_mode(x, SSL_MODE_RELEASE_BUFFERS);
-        SSL_CTX_set_session_id_context(x, session_context, sizeof session_context - 1);
+        SSL_CTX_set_session_id_context(x, sid.data(), static_cast<unsigned>(sid.size()));
         if (t.session_tickets) {
             SSL_CTX_set_tlsext_ticket_key_evp_cb(x, ticket_keys::callback);
             SSL_CTX_set_session_cache_mode(x, SSL_SESS_CACHE_OFF);
@@ -213,6 +225,8 @@ std::string client_name(SSL* ssl, config::clients_config::certificate_name which
     if (which == name::none) return {};
     X509* cert = SSL_get0_peer_certificate(ssl);
     if (!cert || SSL_get_verify_result(ssl) != X509_V_OK) return {};
+    // A resumed session carries the certificate verified when it was made: still in date?
+    if (SSL_session_reused(ssl) && X509_cmp_current_time(X509_get0_notAfter(cert)) < 0) return {};
     if (which == name::subject_cn) {
         char cn[256];
         const int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);

@@ -43,6 +43,7 @@ std::size_t stream::read_some_now(boost::asio::mutable_buffer b, error_code& ec)
     ec = {};
     if (!ssl_) return sock_.read_some(b, ec);  // the socket is non-blocking: would_block
     std::size_t n = 0;
+    ERR_clear_error();
     const int r = SSL_read_ex(ssl_.get(), b.data(), b.size(), &n);
     if (r > 0) return n;
     const int e = SSL_get_error(ssl_.get(), r);
@@ -56,7 +57,7 @@ std::size_t stream::read_some_now(boost::asio::mutable_buffer b, error_code& ec)
 }
 
 void stream::shutdown_send() {
-    if (ssl_ && SSL_is_init_finished(ssl_.get())) {
+    if (ssl_ && SSL_is_init_finished(ssl_.get()) && !(SSL_get_shutdown(ssl_.get()) & SSL_SENT_SHUTDOWN)) {
         SSL_shutdown(ssl_.get());
         ERR_clear_error();
     }

@@ -21,6 +21,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include <memory>
@@ -135,6 +136,7 @@ private:
         void operator()(Self& self, error_code ec = {}, std::size_t = 0) {
             if (ec == boost::asio::error::operation_aborted) return self.complete(ec, 0);
             std::size_t n = 0;
+            ERR_clear_error();  // SSL_get_error reads the thread's queue: nothing stale in it
             const int r = call(s.ssl_.get(), n);
             if (r > 0) return finish(self, {}, n);
             switch (SSL_get_error(s.ssl_.get(), r)) {

@@ -687,6 +687,61 @@ TEST_CASE("tls: client_certificates none with a client_ca_file: no certificate i
     CHECK(c12.request(make_request("GET", "/echo")).status == 200);
 }
 
+// Python's ssl: two connections with a client certificate, the second resuming the first's
+// session; once the test sends SIGUSR1 (after a reload), a third that offers the session.
+// Prints "NAME STATUS reused|full" per connection, or "after refused".
+const std::string resume_without_cert_py = R"(
+import signal, socket, ssl, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+port, ca, cert, key = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+def one(name, ctx, session):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="a.test", session=session) as s:
+            s.sendall(b"GET /limited HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+            data = b""
+            while True:
+                try:
+                    chunk = s.recv(65536)
+                except ssl.SSLEOFError:
+                    break
+                if not chunk:
+                    break
+                data += chunk
+            print(name, data.split(b" ", 2)[1].decode(), "reused" if s.session_reused else "full", flush=True)
+            return s.session
+with_cert = ssl.create_default_context(cafile=ca)
+with_cert.minimum_version = with_cert.maximum_version = ssl.TLSVersion.TLSv1_3
+with_cert.load_cert_chain(cert, key)
+session = one("first", with_cert, None)
+session = one("second", with_cert, session)
+signal.sigwait([signal.SIGUSR1])
+try:
+    one("after", with_cert, session)
+except (ssl.SSLError, ConnectionError):
+    print("after refused", flush=True)
+)";
+
+TEST_CASE("tls: a reload that changes client_ca_file ends the resumption of sessions made under the old CA") {
+    const auto dir = make_temp_dir();
+    const auto ca = dir + "/client-ca.pem";
+    rename_into_place(pki("ca.pem"), ca);
+    tls_fixture f("client_ca_file: \"" + ca + "\"", {{"clients.user.certificate", "subject_cn"}});
+    INFO("gateway output:\n", f.gw->proc->output());
+    process py({"python3", "-c", resume_without_cert_py, std::to_string(f.gw->tls_port), pki("ca.pem"),
+                pki("alice.pem"), pki("alice.key")});
+    // alice's two requests (her budget of 2 spent), the second resumed with her certificate.
+    REQUIRE(py.wait_for_line("first 200 full").size() == 1);
+    REQUIRE(py.wait_for_line("second 200 reused").size() == 1);
+    rename_into_place(pki("other-ca.pem"), ca);
+    CHECK(fetch(f.gw->admin_port, "POST", "/reload").status == 200);
+    py.signal(SIGUSR1);
+    // The old session is not resumed: a full handshake, where the new CA refuses alice's
+    // certificate. (Resumed, alice would still be named, and out of budget: "429 reused".)
+    CHECK(py.wait_for_line("after (.*)").at(1) == "refused");
+    CHECK(py.wait_exit(10s) == 0);
+    if (!std::getenv("SLUICE_TEST_KEEP_TMP")) std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("tls: require_known with optional client certificates: an API key or a certificate, else 401") {
     auto keys_dir = make_temp_dir();
     const auto keys = keys_dir + "/keys.yaml";
@@ -741,8 +796,13 @@ TEST_CASE("tls: handshake_timeout closes a silent connection, garbage is closed 
         CHECK(eventually_handshakes(f.gw->admin_port, "failed", "none", 1) == 1);
     }
     {  // one handshake stalled: the next connection is closed at once, counted refused
+        // A handshake counts from its first byte: each sends a record header that promises
+        // 80 bytes of a ClientHello and no more.
+        const std::string record_head("\x16\x03\x01\x00\x50", 5);
         connection stalled("127.0.0.1", p);
+        stalled.send(record_head);
         connection next("127.0.0.1", p);
+        next.send(record_head);
         const auto start = steady_clock::now();
         const auto e = read_to_close(next, 5s);
         CHECK(e.closed);
@@ -752,9 +812,13 @@ TEST_CASE("tls: handshake_timeout closes a silent connection, garbage is closed 
         CHECK(read_to_close(stalled, 5s).closed);
         CHECK(eventually_handshakes(f.gw->admin_port, "timeout", "none", 2) == 2);
     }
+    {  // connections that say nothing hold no slot: a handshake beside them goes through
+        connection silent1("127.0.0.1", p), silent2("127.0.0.1", p);
+        CHECK(curl_status(p, "/echo") == 200);
+    }
     // The slot is free again.
     CHECK(curl_status(p, "/echo") == 200);
-    CHECK(eventually_handshakes(f.gw->admin_port, "ok", "TLSv1.3", 1) == 1);
+    CHECK(eventually_handshakes(f.gw->admin_port, "ok", "TLSv1.3", 2) == 2);
 }
 
 TEST_CASE("tls: without handshake_timeout the handshake has server.header_timeout") {
