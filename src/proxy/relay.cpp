@@ -74,7 +74,6 @@ awaitable<pump_result> relay::pump(Parser& p, stream& src, boost::beast::flat_bu
         if (r.ec) r.failed = pump_result::write;
         co_return !r.ec;
     };
-    bool drained = false;  // the last read took less than a piece: the source had no more
     while (!p.is_done()) {
         bool need_input = false;
         if (auto ec = feed(p, buf, need_input)) {
@@ -88,20 +87,8 @@ awaitable<pump_result> relay::pump(Parser& p, stream& src, boost::beast::flat_bu
         if (!need_input) continue;
         const auto per_read = http::clock::now() + read_timeout;
         track_.arm_until(deadline ? std::min(per_read, deadline->at) : per_read);
-        error_code ec;
-        // Not on TLS: SSL_read hands out one record (16 KiB at most) at a time, so a short
-        // read says nothing of the client's silence there.
-        if (deadline && drained && !src.secure()) {
-            // A request body whose client sent less than a piece: it is likely to be silent
-            // a while. As between requests, nothing is held meanwhile (out_ was flushed).
-            buf.shrink_to_fit();
-            std::string().swap(out_);
-            auto [waited] = co_await src.socket().async_wait(tcp::socket::wait_read, use_tuple);
-            ec = timed(waited);
-        }
         const auto before = buf.size();
-        if (!ec) ec = co_await read_some(src, buf);
-        drained = buf.size() - before < piece_size;
+        auto ec = co_await read_some(src, buf);
         if (deadline) deadline->received(buf.size() - before);
         if (ec == asio::error::eof) {
             p.put_eof(ec);
