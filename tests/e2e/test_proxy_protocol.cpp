@@ -7,11 +7,12 @@ using namespace std::string_literals;
 
 namespace {
 
-// Every client of 127.0.0.0/8 limited to 2 requests a minute on /limited; /echo is free.
+// Every client of 127.0.0.0/8 limited to 2 requests a minute on /limited (an exact log: requests
+// that straddle a minute of the clock must not start afresh); /echo is free.
 const std::string limits_yaml = R"(
 policies:
   p:
-    ip: [ {limit: 2, per: 1m, algorithm: fixed} ]
+    ip: [ {limit: 2, per: 1m, algorithm: log} ]
 routes:
   - { match: { path_prefix: /limited }, policy: p }
   - { match: { path_prefix: / }, policy: none }

@@ -55,13 +55,14 @@ std::string tls_section(const std::string& more = "",
            " }";
 }
 
-// /limited: 2 a minute per user and per client address; the rest is free.
+// /limited: 2 a minute per user and per client address; the rest is free. An exact log, not
+// a fixed window: a test's requests that straddle a minute of the clock must not start afresh.
 const std::string limits_yaml = R"(
 policies:
   per_user:
-    user: [ {limit: 2, per: 1m, algorithm: fixed} ]
+    user: [ {limit: 2, per: 1m, algorithm: log} ]
   per_ip:
-    ip: [ {limit: 2, per: 1m, algorithm: fixed} ]
+    ip: [ {limit: 2, per: 1m, algorithm: log} ]
 routes:
   - { match: { path_prefix: /limited }, policy: per_user }
   - { match: { path_prefix: /iplimited }, policy: per_ip }
