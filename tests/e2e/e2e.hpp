@@ -86,6 +86,17 @@ bool eventually(Pred&& done, std::chrono::milliseconds limit = std::chrono::seco
     return true;
 }
 
+// Whether something on 127.0.0.1:port accepts a connection now: a server the test started
+// is listening.
+inline bool accepts_connections(std::uint16_t port) {
+    try {
+        connection c("127.0.0.1", port, std::chrono::seconds(1));
+        return true;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
 // Request counters are recorded when the last byte of a response has been written, a
 // moment after the client may have read it: wait (bounded) for a sample to reach a value.
 inline double eventually_metric(std::uint16_t admin_port, const std::string& sample, double expected) {
@@ -196,14 +207,7 @@ struct haproxy {
                        std::to_string(gateway_port) + " " + send_proxy + "\n");
         proc = std::make_unique<process>(std::vector<std::string>{"haproxy", "-db", "-f", dir + "/haproxy.cfg"});
         // Listening once a connection is accepted (bounded: eventually's 10 s).
-        const bool up = eventually([&] {
-            try {
-                connection c("127.0.0.1", port, 1s);
-                return true;
-            } catch (const std::exception&) {
-                return false;
-            }
-        });
+        const bool up = eventually([&] { return accepts_connections(port); });
         if (!up) FAIL("haproxy did not listen on port " << port << ":\n" << proc->output());
     }
     ~haproxy() {

@@ -81,14 +81,7 @@ http {
         write_file(dir + "/nginx.conf", conf);
         proc = std::make_unique<process>(std::vector<std::string>{"nginx", "-p", dir, "-c", dir + "/nginx.conf"});
         // Listening once a connection is accepted (bounded: eventually's 10 s).
-        const bool up = eventually([&] {
-            try {
-                connection c("127.0.0.1", port, 1s);
-                return true;
-            } catch (const std::exception&) {
-                return false;
-            }
-        });
+        const bool up = eventually([&] { return accepts_connections(port); });
         if (!up) FAIL("nginx did not listen on port " << port << ":\n" << proc->output());
     }
     ~nginx_server() {
