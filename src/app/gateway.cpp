@@ -68,7 +68,7 @@ std::string to_text(const tcp::endpoint& ep) {
 
 // upstream.tls.verify: false is allowed (a test upstream, a self-signed one) but said.
 void warn_if_unverified(const config::config& c) {
-    if (c.upstream.url.tls && !c.upstream.tls.verify)
+    if (c.upstreams.front().url.tls && !c.upstreams.front().tls.verify)
         spdlog::warn(
             "upstream.tls.verify is false: the upstream's certificate is not verified, and anyone on the path can "
             "read and change its traffic");
@@ -232,9 +232,9 @@ void gateway::add_redis_metrics() {
 bool gateway::start() {
     std::vector<tcp::endpoint> upstream;
     try {
-        upstream = resolve_upstream(cfg_->upstream.url);
+        upstream = resolve_upstream(cfg_->upstreams.front().url);
     } catch (const std::exception& e) {
-        spdlog::error("cannot resolve upstream host {}: {}", cfg_->upstream.url.host, e.what());
+        spdlog::error("cannot resolve upstream host {}: {}", cfg_->upstreams.front().url.host, e.what());
         return false;
     }
     std::shared_ptr<const server::snapshot> snap;
@@ -336,7 +336,7 @@ void gateway::open_listeners() {
     listening_.store(true, std::memory_order_release);
     // Printed at any log level: scripts and tests read the ports from these lines.
     std::fprintf(stderr, "sluice: proxy listening on %s (%u workers), upstream %s:%u\n", bound.c_str(), threads_,
-                 cfg_->upstream.url.host.c_str(), unsigned{cfg_->upstream.url.port});
+                 cfg_->upstreams.front().url.host.c_str(), unsigned{cfg_->upstreams.front().url.port});
     if (!tls_bound.empty()) std::fprintf(stderr, "sluice: TLS listening on %s\n", tls_bound.c_str());
 }
 

@@ -129,13 +129,75 @@ struct upstream_tls_config {
     bool operator==(const upstream_tls_config&) const = default;
 };
 
+// A set of response statuses: exact codes and whole classes ("5xx" is 500..599).
+struct status_set {
+    std::vector<std::pair<unsigned, unsigned>> ranges;  // inclusive [first, last]
+
+    bool contains(unsigned status) const {
+        for (const auto& [first, last] : ranges)
+            if (status >= first && status <= last) return true;
+        return false;
+    }
+    bool operator==(const status_set&) const = default;
+};
+
+// One server of a pool as written. A DNS name stands for every address it resolves to,
+// each a server of the pool with this weight.
+struct upstream_server_config {
+    upstream_url url;
+    unsigned weight = 1;  // 1..1000
+    std::string at;       // "FILE:LINE:COLUMN: upstreams.api.servers[0]"
+
+    bool operator==(const upstream_server_config&) const = default;
+};
+
+// upstreams.<name>.health: active checks (when `path` is set) and passive ejection.
+struct upstream_health_config {
+    std::string path;  // "" = no active checks; else a GET of this path on every server
+    duration interval = std::chrono::seconds(5);
+    duration timeout = std::chrono::seconds(1);
+    unsigned healthy = 2;    // consecutive passes that bring a server back
+    unsigned unhealthy = 3;  // consecutive failures that take it out
+    status_set expect_status{{{200, 399}}};
+    // passive: consecutive connect errors or 5xx answers that eject a server (0 = never)
+    unsigned eject_after = 5;
+    duration eject_for = std::chrono::seconds(30);  // doubled at each ejection in a row
+    unsigned max_ejected_percent = 50;              // of the pool's servers, at most
+
+    bool operator==(const upstream_health_config&) const = default;
+};
+
+enum class balance_kind { round_robin, least_request, hash };
+
+// What a pool does when max_in_flight is reached: wait for a slot up to `timeout`, at
+// most `size` requests per worker waiting (size 0: refuse at once with 503).
+struct upstream_queue_config {
+    std::size_t size = 0;
+    duration timeout = std::chrono::seconds(1);
+
+    bool operator==(const upstream_queue_config&) const = default;
+};
+
+// A pool of upstream servers: `upstreams.<name>`, or the `upstream:` block (the pool named
+// "default", which routes that name none use).
 struct upstream_config {
-    upstream_url url;  // required
+    std::string name;                             // "default" for the upstream: block
+    std::vector<upstream_server_config> servers;  // non-empty (`url:` is a pool of one)
+    upstream_url url;                             // servers[0].url: the Host and the announcement of a pool of one
+    balance_kind balance = balance_kind::round_robin;
+    duration resolve_every = std::chrono::seconds(30);  // DNS names are resolved again this often
     // The TCP connect, and then (https) the TLS handshake: a deadline each.
     duration connect_timeout = std::chrono::seconds(1);
     duration timeout = std::chrono::seconds(30);
-    std::size_t max_idle_per_worker = 64;
-    upstream_tls_config tls;  // used when url.tls
+    std::size_t max_idle_per_worker = 64;  // idle keep-alive connections per server and worker
+    upstream_tls_config tls;               // used for https servers
+    upstream_health_config health;
+    duration slow_start{0};              // a server that comes back gets its full weight over this
+    unsigned retries = 1;                // other servers tried after a failure that is safe to retry
+    unsigned retry_budget_percent = 20;  // retries, as a share of the pool's requests over 10 s
+    std::int64_t max_in_flight = 0;      // requests in flight to the pool, fleet-wide on Redis; 0 = no cap
+    upstream_queue_config queue;
+    std::string at;  // "FILE:LINE:COLUMN: upstreams.api"
 
     bool operator==(const upstream_config&) const = default;
 };
@@ -328,6 +390,7 @@ struct route_config {
     std::int64_t max_cost = 0;         // with cost_header: the most charged (>= cost, fits like cost)
     std::string path_at;               // "FILE:LINE:COLUMN: routes[i].match.path": for the router's errors
     std::string host_at;               // "FILE:LINE:COLUMN: routes[i].match.host": for the TLS warning
+    std::string upstream;              // a pool of `upstreams` ("" = "default", the upstream: block)
 
     bool operator==(const route_config&) const = default;
 };
@@ -336,7 +399,9 @@ struct config {
     std::string source;  // the file it came from
     server_config server;
     admin_config admin;
-    upstream_config upstream;
+    // Every pool: the upstream: block first (named "default") when given, then upstreams in
+    // file order. Every route's pool exists; requests no route matches go to "default".
+    std::vector<upstream_config> upstreams;
     proxy_config proxy;
     log_config log;
     store_config store;
@@ -351,6 +416,8 @@ struct config {
 
     const policy_config* find_policy(std::string_view name) const;
     const plan_config* find_plan(std::string_view name) const;
+    // A pool by name ("" = "default"); null when there is none.
+    const upstream_config* find_upstream(std::string_view name) const;
 
     bool operator==(const config&) const = default;
 };

@@ -21,7 +21,13 @@ void read_config(const node_ref& root, config& out) {
     read_mapping(root, {
                            {"server", [&](const node_ref& v) { read_server(v, out.server); }},
                            {"admin", [&](const node_ref& v) { read_admin(v, out.admin); }},
-                           {"upstream", [&](const node_ref& v) { read_upstream(v, out.upstream); }, presence::required},
+                           {"upstream",
+                            [&](const node_ref& v) {
+                                upstream_config pool;
+                                read_upstream(v, pool);
+                                out.upstreams.insert(out.upstreams.begin(), std::move(pool));
+                            },
+                            presence::required},
                            {"proxy", [&](const node_ref& v) { read_proxy(v, out.proxy); }},
                            {"log", [&](const node_ref& v) { read_log(v, out.log); }},
                            {"store", [&](const node_ref& v) { read_store(v, out.store); }},
@@ -85,6 +91,13 @@ using detail::node_ref;
 const plan_config* config::find_plan(std::string_view name) const {
     auto it = std::find_if(plans.begin(), plans.end(), [&](const plan_config& p) { return p.name == name; });
     return it == plans.end() ? nullptr : &*it;
+}
+
+const upstream_config* config::find_upstream(std::string_view name) const {
+    if (name.empty()) name = "default";
+    auto it =
+        std::find_if(upstreams.begin(), upstreams.end(), [&](const upstream_config& u) { return u.name == name; });
+    return it == upstreams.end() ? nullptr : &*it;
 }
 
 const policy_config* config::find_policy(std::string_view name) const {

@@ -106,15 +106,21 @@ void read_admin(const node_ref& n, admin_config& out) {
 
 void read_upstream(const node_ref& n, upstream_config& out) {
     std::optional<node_ref> tls;
+    out.name = "default";
+    out.at = n.where();
     read_mapping(
         n, {
-               {"url", [&](const node_ref& v) { out.url = read_upstream_url(v); }, presence::required,
-                restart_only<&config::upstream, &upstream_config::url>},
+               {"url",
+                [&](const node_ref& v) {
+                    out.url = read_upstream_url(v);
+                    out.servers = {{out.url, 1, v.where()}};
+                },
+                presence::required},
                {"connect_timeout", [&](const node_ref& v) { out.connect_timeout = read_duration(v, zero::refused); }},
                {"timeout", [&](const node_ref& v) { out.timeout = read_duration(v, zero::refused); }},
                {"max_idle_per_worker",
                 [&](const node_ref& v) { out.max_idle_per_worker = schema::read_uint_as<std::size_t>(v, 0, 100'000); },
-                presence::optional, restart_only<&config::upstream, &upstream_config::max_idle_per_worker>},
+                presence::optional},
                {"tls",
                 [&](const node_ref& v) {
                     out.tls = read_upstream_tls(v);

@@ -142,12 +142,12 @@ awaitable<std::optional<http::failure>> session::connect_upstream() {
     }
     up_ = std::make_unique<proxy::upstream_connection>(client_.get_executor());
     track_.watch_upstream(&up_->stream.socket());
-    auto ec = co_await relay_.connect(*up_, w_.upstream_endpoints, cfg_->upstream.connect_timeout);
+    auto ec = co_await relay_.connect(*up_, w_.upstream_endpoints, cfg_->upstreams.front().connect_timeout);
     const auto& tls = snap_->upstream_tls;
     if (!ec && tls) {
         // An https upstream: the handshake has a connect_timeout of its own.
         auto ssl = tls->make_ssl(w_.upstream_sessions);
-        ec = co_await relay_.handshake(*up_, std::move(ssl), cfg_->upstream.connect_timeout);
+        ec = co_await relay_.handshake(*up_, std::move(ssl), cfg_->upstreams.front().connect_timeout);
         if (ec && !relay::is_timeout(ec)) {
             log_tls_failure(tls::handshake_failure(up_->stream.ssl(), ec));
             release_upstream(false);
@@ -172,7 +172,7 @@ awaitable<std::optional<http::failure>> session::connect_upstream() {
 awaitable<session::step> session::send_request(body_framing framing, std::uint64_t size, bool replayable) {
     using namespace asio::experimental::awaitable_operators;
     auto& p = *parser_;
-    const auto& up_cfg = cfg_->upstream;
+    const auto& up_cfg = cfg_->upstreams.front();
     target_text_ = req_.target.path;
     target_text_ += req_.target.query;
     out_.clear();
@@ -245,7 +245,7 @@ void session::check_client_left() {
 // Reads the final response head, relaying interim 1xx ones; one deadline covers them all.
 awaitable<session::step> session::read_response_head(bool replayable) {
     const auto asked = clock::now();
-    const auto deadline = asked + cfg_->upstream.timeout;
+    const auto deadline = asked + cfg_->upstreams.front().timeout;
     for (;;) {
         auto& rp = resp_parser_.emplace(resp_, resp_sink_);
         resp_sink_ = http::body_sink{&out_, http::body_sink::framing::none, 0};
@@ -318,7 +318,7 @@ awaitable<after> session::relay_response() {
                       : no_body                        ? http::body_sink::framing::none
                                                        : http::body_sink::framing::identity;
     req_.status = status;
-    auto r = co_await relay_.pump(rp, up_->stream, up_->buffer, cfg_->upstream.timeout, nullptr, client_,
+    auto r = co_await relay_.pump(rp, up_->stream, up_->buffer, cfg_->upstreams.front().timeout, nullptr, client_,
                                   cfg_->server.idle_timeout, out_);
     // Pooled again only when the response ended exactly at its framing, after the whole
     // request went out (pool::give_back also wants nothing more buffered).

@@ -17,8 +17,8 @@ namespace {
 
 // The sweep's period bounds how late a deadline can fire.
 clock::duration sweep_tick(const config::config& c) {
-    auto shortest =
-        std::min({c.server.header_timeout, c.server.idle_timeout, c.upstream.connect_timeout, c.upstream.timeout});
+    auto shortest = std::min({c.server.header_timeout, c.server.idle_timeout, c.upstreams.front().connect_timeout,
+                              c.upstreams.front().timeout});
     if (c.server.proxy_protocol) shortest = std::min(shortest, c.server.proxy_protocol->header_timeout);
     if (c.server.tls && c.server.tls->handshake_timeout.count() > 0)
         shortest = std::min(shortest, c.server.tls->handshake_timeout);
@@ -59,7 +59,7 @@ worker::worker(std::shared_ptr<const snapshot> s, metrics::shard& m, std::vector
       open_connections(open_conns),
       max_connections(max_conns),
       connections(ioc, sweep_tick(*s->cfg)),
-      pool(ioc.get_executor(), s->cfg->upstream.max_idle_per_worker, m) {
+      pool(ioc.get_executor(), s->cfg->upstreams.front().max_idle_per_worker, m) {
     set_snapshot(std::move(s));
 }
 
@@ -79,7 +79,7 @@ void worker::accept() {
 }
 
 void worker::upstream_failed() {
-    const auto& url = snap->cfg->upstream.url;
+    const auto& url = snap->cfg->upstreams.front().url;
     boost::system::error_code ec;
     asio::ip::make_address(url.host, ec);
     if (!ec || resolving_ || clock::now() - resolved_at_ < std::chrono::seconds(1)) return;

@@ -362,13 +362,13 @@ TEST_CASE("valid_full.yaml sets every field") {
     CHECK(c->admin.listen.host == "::1");
     CHECK(c->admin.listen.port == 19090);
 
-    CHECK(c->upstream.url.host == "backend.internal");
-    CHECK(c->upstream.url.port == 3000);
-    CHECK(c->upstream.url.base_path == "/api/v1");
-    CHECK(c->upstream.url.authority == "backend.internal:3000");
-    CHECK(c->upstream.connect_timeout == 2s);
-    CHECK(c->upstream.timeout == 1h);
-    CHECK(c->upstream.max_idle_per_worker == 0);
+    CHECK(c->upstreams.front().url.host == "backend.internal");
+    CHECK(c->upstreams.front().url.port == 3000);
+    CHECK(c->upstreams.front().url.base_path == "/api/v1");
+    CHECK(c->upstreams.front().url.authority == "backend.internal:3000");
+    CHECK(c->upstreams.front().connect_timeout == 2s);
+    CHECK(c->upstreams.front().timeout == 1h);
+    CHECK(c->upstreams.front().max_idle_per_worker == 0);
 
     CHECK(c->log.level == "debug");
 
@@ -592,9 +592,10 @@ TEST_CASE("a minimal config keeps every default") {
     CHECK(c->server.max_header_bytes == defaults.server.max_header_bytes);
     CHECK(c->server.max_body_bytes == defaults.server.max_body_bytes);
     CHECK(c->admin.listen.to_string() == defaults.admin.listen.to_string());
-    CHECK(c->upstream.connect_timeout == defaults.upstream.connect_timeout);
-    CHECK(c->upstream.timeout == defaults.upstream.timeout);
-    CHECK(c->upstream.max_idle_per_worker == defaults.upstream.max_idle_per_worker);
+    const cfg::upstream_config defaults_pool;
+    CHECK(c->upstreams.front().connect_timeout == defaults_pool.connect_timeout);
+    CHECK(c->upstreams.front().timeout == defaults_pool.timeout);
+    CHECK(c->upstreams.front().max_idle_per_worker == defaults_pool.max_idle_per_worker);
     CHECK(c->log.level == defaults.log.level);
 
     CHECK(c->store.type == cfg::store_config::kind::memory);
@@ -687,7 +688,7 @@ TEST_CASE("empty optional sections and edge values load") {
     CHECK(c->server.max_body_bytes == 0);
     CHECK(c->server.max_header_bytes == 1048576);
     CHECK(c->server.max_connections == 10000000);
-    CHECK(c->upstream.max_idle_per_worker == 100000);
+    CHECK(c->upstreams.front().max_idle_per_worker == 100000);
 }
 
 TEST_CASE("load_string errors name the given source") {
@@ -840,23 +841,23 @@ TEST_CASE("upstream.tls: verified by default, files readable, a client certifica
     const std::string head = "upstream:\n  url: https://10.0.0.1\n  tls: ";
 
     auto c = cfg::load_string("upstream: {url: 'https://h'}\n", "inline.yaml");
-    CHECK(c->upstream.url.tls);
-    CHECK(c->upstream.tls.verify);
-    CHECK(c->upstream.tls.ca_file.empty());
-    CHECK(c->upstream.tls.cert_file.empty());
+    CHECK(c->upstreams.front().url.tls);
+    CHECK(c->upstreams.front().tls.verify);
+    CHECK(c->upstreams.front().tls.ca_file.empty());
+    CHECK(c->upstreams.front().tls.cert_file.empty());
 
     c = cfg::load_string(head + "{ca_file: '" + ca + "', cert_file: '" + cert + "', key_file: '" + key +
                              "', server_name: api.internal, verify: false}\n",
                          "inline.yaml");
-    CHECK(c->upstream.tls.ca_file == ca);
-    CHECK(c->upstream.tls.cert_file == cert);
-    CHECK(c->upstream.tls.key_file == key);
-    CHECK(c->upstream.tls.server_name == "api.internal");
-    CHECK_FALSE(c->upstream.tls.verify);
+    CHECK(c->upstreams.front().tls.ca_file == ca);
+    CHECK(c->upstreams.front().tls.cert_file == cert);
+    CHECK(c->upstreams.front().tls.key_file == key);
+    CHECK(c->upstreams.front().tls.server_name == "api.internal");
+    CHECK_FALSE(c->upstreams.front().tls.verify);
     // Where each file was named, for the errors only the TLS context can find.
-    CHECK(c->upstream.tls.ca_file_at == "inline.yaml:3:18: upstream.tls.ca_file");
-    CHECK(c->upstream.tls.cert_file_at.find("inline.yaml:3:") == 0);
-    CHECK(c->upstream.tls.key_file_at.ends_with(": upstream.tls.key_file"));
+    CHECK(c->upstreams.front().tls.ca_file_at == "inline.yaml:3:18: upstream.tls.ca_file");
+    CHECK(c->upstreams.front().tls.cert_file_at.find("inline.yaml:3:") == 0);
+    CHECK(c->upstreams.front().tls.key_file_at.ends_with(": upstream.tls.key_file"));
 
     CHECK(string_error(head + "{cert_file: '" + cert + "'}\n") ==
           "inline.yaml:3:8: upstream.tls.key_file: required with a client certificate (give cert_file and key_file)");

@@ -41,7 +41,6 @@ TEST_CASE("schema_keys: every key once, list items as [] and names the user choo
                             "server.proxy_protocol.trusted",
                             "server.proxy_protocol.header_timeout",
                             "admin.listen",
-                            "upstream.url",
                             "proxy.request_buffer_bytes",
                             "log.access.path",
                             "store.memory.max_keys",
@@ -73,8 +72,6 @@ TEST_CASE("restart_only_keys: the keys a reload keeps, declared by the schema") 
                                             "server.max_connections",
                                             "server.tls.listen",
                                             "admin.listen",
-                                            "upstream.url",
-                                            "upstream.max_idle_per_worker",
                                             "log.access.path",
                                             "store.type",
                                             "store.memory.max_keys",
@@ -111,7 +108,7 @@ store: { type: redis, on_error: deny, redis: { timeout: 30ms } }
     CHECK(keep_all(next, *running) == std::vector<std::string>{"server.listen", "store.redis.timeout"});
     CHECK(next.server.listen == running->server.listen);
     CHECK(next.store.redis_timeout == running->store.redis_timeout);
-    CHECK(next.upstream.timeout == std::chrono::seconds(9));              // applies at once
+    CHECK(next.upstreams.front().timeout == std::chrono::seconds(9));     // applies at once
     CHECK(next.store.on_error == cfg::store_config::failure_mode::deny);  // allow to deny applies at once
 
     next.store.on_error = cfg::store_config::failure_mode::local;  // to local needs another store

@@ -9,8 +9,9 @@ src="${1:-$(dirname "$0")/../..}/src"
 
 # Each module and the modules below it that it may use.
 declare -A may_use=(
-  [app]="server proxy route identity limit store tls http config metrics base"  # wires the rest
-  [server]="proxy route identity limit tls http config metrics base"            # the session runs every phase
+  [app]="server upstream proxy route identity limit store tls http config metrics base"  # wires the rest
+  [server]="upstream proxy route identity limit tls http config metrics base"            # the session runs every phase
+  [upstream]="proxy tls http config metrics base"  # pools of servers: balancing, health, DNS, retries' budget
   [proxy]="tls http config metrics base"                                      # the exchange with the upstream
   [route]="limit config base"                                               # a request's route (see below)
   [store]="limit identity config metrics base"                                       # the stores behind limit::store

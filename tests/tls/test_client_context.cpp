@@ -42,7 +42,7 @@ std::shared_ptr<const cfg::config> load(const std::string& yaml, const std::stri
 // The config_error building the context throws, or "" if none.
 std::string context_error(const cfg::config& c) {
     try {
-        tls::client_context ctx(c.upstream);
+        tls::client_context ctx(c.upstreams.front());
     } catch (const cfg::config_error& e) {
         return e.what();
     }
@@ -76,7 +76,7 @@ TEST_CASE("upstream.tls fixtures: a file OpenSSL refuses is an error at its key"
 
 TEST_CASE("upstream.tls: a valid client certificate and CA build a context") {
     const auto c = load(fixture_text(dir + "/valid_mtls.yaml"));
-    tls::client_context ctx(c->upstream);
+    tls::client_context ctx(c->upstreams.front());
     CHECK(ctx.verifies());
     CHECK(ctx.server_name() == "upstream.internal");
     tls::session_cache cache;
@@ -92,7 +92,7 @@ TEST_CASE("upstream.tls: SNI and the name verified come from the url's host, an 
     tls::session_cache cache;
     {
         const auto c = load("upstream: {url: 'https://api.example.com:8443'}\n");
-        tls::client_context ctx(c->upstream);  // the system's CAs
+        tls::client_context ctx(c->upstreams.front());  // the system's CAs
         CHECK(ctx.server_name() == "api.example.com");
         auto ssl = ctx.make_ssl(cache);
         CHECK(sni_of(ssl.get()) == "api.example.com");
@@ -103,7 +103,7 @@ TEST_CASE("upstream.tls: SNI and the name verified come from the url's host, an 
     for (const char* url : {"https://127.0.0.1:8443", "https://[::1]"}) {
         CAPTURE(url);
         const auto c = load(std::string("upstream: {url: '") + url + "'}\n");
-        tls::client_context ctx(c->upstream);
+        tls::client_context ctx(c->upstreams.front());
         auto ssl = ctx.make_ssl(cache);
         CHECK(sni_of(ssl.get()).empty());  // no SNI for an address (RFC 6066)
         X509_VERIFY_PARAM* p = SSL_get0_param(ssl.get());
@@ -115,7 +115,7 @@ TEST_CASE("upstream.tls: SNI and the name verified come from the url's host, an 
     }
     {
         const auto c = load("upstream: {url: 'https://127.0.0.1', tls: {verify: false}}\n");
-        tls::client_context ctx(c->upstream);
+        tls::client_context ctx(c->upstreams.front());
         CHECK_FALSE(ctx.verifies());
         CHECK(SSL_get_verify_mode(ctx.make_ssl(cache).get()) == SSL_VERIFY_NONE);
     }
@@ -123,7 +123,7 @@ TEST_CASE("upstream.tls: SNI and the name verified come from the url's host, an 
 
 TEST_CASE("session_cache: a session is offered only on connections of the context that made it") {
     const auto c = load("upstream: {url: 'https://h'}\n");
-    tls::client_context a(c->upstream), b(c->upstream);
+    tls::client_context a(c->upstreams.front()), b(c->upstreams.front());
     tls::session_cache cache;
     CHECK(cache.get(a) == nullptr);
     SSL_SESSION* s = SSL_SESSION_new();
