@@ -23,7 +23,8 @@ snapshot::snapshot(std::shared_ptr<const config::config> c, metrics::registry& m
       tls(cfg->server.tls ? std::make_shared<const tls::server_contexts>(*cfg->server.tls) : nullptr),
       unmatched_slot(m.slot("route", "unmatched")),
       generation(next_generation()),
-      upstream_tls(cfg->upstreams.front().url.tls ? std::make_shared<const tls::client_context>(cfg->upstreams.front()) : nullptr) {
+      upstream_tls(cfg->upstreams.front().url.tls ? std::make_shared<const tls::client_context>(cfg->upstreams.front())
+                                                  : nullptr) {
     for (auto& p : policies) p.metric_slot = m.slot("policy", p.name);
     for (auto& r : router.routes()) r.metric_slot = m.slot("route", r.name);
 }
