@@ -142,8 +142,10 @@ TEST_CASE("balancer least_request: weight 0 is never a candidate, and load is pe
     CHECK(c[1] > 4500);
     CHECK(lr_counts({2, 1}, {1, 1}, 1000)[0] == 1000);  // 0.5 against 1
     CHECK(lr_counts({2, 1}, {3, 1}, 1000)[1] == 1000);  // 1.5 against 1
-    // Products past 32 bits: 4e9 / 1000 = 4e6 against 4,000,001 / 1.
+    // Products past 32 bits: 4e9 / 1000 = 4e6 against 4,000,001 / 1, and against 4,000,001 / 2
+    // (8e9 against 4,000,001,000: in 32 bits the first would wrap to the smaller).
     CHECK(lr_counts({1000, 1}, {4'000'000'000u, 4'000'001u}, 1000)[0] == 1000);
+    CHECK(lr_counts({1000, 2}, {4'000'000'000u, 4'000'001u}, 1000)[1] == 1000);
 }
 
 TEST_CASE("balancer hash ring: empty, all out of rotation, a ring of one") {
