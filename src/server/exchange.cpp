@@ -191,8 +191,7 @@ awaitable<std::optional<http::failure>> session::read_body_ahead(body_framing& f
     co_return std::nullopt;
 }
 
-awaitable<session::step> session::connect_upstream(std::uint64_t hash,
-                                                   std::span<const upstream::slot* const> tried) {
+awaitable<session::step> session::connect_upstream(std::uint64_t hash, std::span<const upstream::slot* const> tried) {
     slot_ = lane_->pick(hash, tried);
     if (!slot_) co_return step{fail::no_upstream};
     ++slot_->in_flight;
@@ -243,8 +242,8 @@ awaitable<session::step> session::send_request(body_framing framing, std::uint64
     target_text_ += req_.target.query;
     out_.clear();
     proxy::write_request_head(out_, head_,
-                              {client_ip_, url.authority, url.base_path, upgrade_, target_text_,
-                               req_.target.authority, req_.who.peer_trusted, client_.secure()},
+                              {client_ip_, url.authority, url.base_path, upgrade_, target_text_, req_.target.authority,
+                               req_.who.peer_trusted, client_.secure()},
                               framing, size);
     if (framing == body_framing::chunked && !req_.body.empty()) append_chunk(out_, req_.body);
     if (framing == body_framing::length) out_ += req_.body;
