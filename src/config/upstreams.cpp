@@ -60,8 +60,8 @@ std::vector<upstream_server_config> read_pool_servers(const node_ref& v) {
     std::vector<upstream_server_config> out;
     read_list(v, empty_list::refused, [&](const node_ref& item) {
         auto s = read_pool_server(item);
-        const bool twice = std::any_of(out.begin(), out.end(),
-                                       [&](const upstream_server_config& o) { return o.url == s.url; });
+        const bool twice =
+            std::any_of(out.begin(), out.end(), [&](const upstream_server_config& o) { return o.url == s.url; });
         if (twice) item.fail(listed_twice);
         out.push_back(std::move(s));
     });
@@ -75,8 +75,7 @@ std::pair<unsigned, unsigned> read_status_item(const node_ref& v) {
         const unsigned first = static_cast<unsigned>(s[0] - '0') * 100;
         return {first, first + 99};
     }
-    if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
-        v.fail(bad_status);
+    if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) v.fail(bad_status);
     const unsigned status = schema::read_uint_as(v, 100u, 599u);
     return {status, status};
 }
@@ -110,13 +109,12 @@ bool is_health_path(std::string_view s) {
 }
 
 void read_passive(const node_ref& n, upstream_health_config& h) {
-    read_mapping(
-        n, {
-               {"eject_after", [&](const node_ref& v) { h.eject_after = schema::read_uint_as(v, 0u, 1000u); }},
-               {"eject_for", [&](const node_ref& v) { h.eject_for = read_duration(v, zero::refused); }},
-               {"max_ejected_percent",
-                [&](const node_ref& v) { h.max_ejected_percent = schema::read_uint_as(v, 0u, 100u); }},
-           });
+    read_mapping(n, {
+                        {"eject_after", [&](const node_ref& v) { h.eject_after = schema::read_uint_as(v, 0u, 1000u); }},
+                        {"eject_for", [&](const node_ref& v) { h.eject_for = read_duration(v, zero::refused); }},
+                        {"max_ejected_percent",
+                         [&](const node_ref& v) { h.max_ejected_percent = schema::read_uint_as(v, 0u, 100u); }},
+                    });
 }
 
 upstream_health_config read_health(const node_ref& n) {
@@ -203,8 +201,7 @@ upstream_config read_pool(const node_ref& n, const std::string& name) {
                 [&](const node_ref& v) { out.max_in_flight = schema::read_uint_as<std::int64_t>(v, 0, 1'000'000); }},
                {"queue", [&](const node_ref& v) { out.queue = read_queue(v, queue_size); }},
            });
-    if (!url && !servers)
-        n.fail_at(n.mark(), n.path_of("url"), "required key is missing (give url or servers)");
+    if (!url && !servers) n.fail_at(n.mark(), n.path_of("url"), "required key is missing (give url or servers)");
     out.url = out.servers.front().url;
     const bool any_https =
         std::any_of(out.servers.begin(), out.servers.end(), [](const upstream_server_config& s) { return s.url.tls; });
