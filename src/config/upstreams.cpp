@@ -86,6 +86,7 @@ status_set read_status_set(const node_ref& v) {
         out.ranges.push_back(read_status_item(v));
         return out;
     }
+    if (v.node().IsMap()) v.fail(bad_status);
     read_list(v, empty_list::refused, [&](const node_ref& item) { out.ranges.push_back(read_status_item(item)); });
     return out;
 }
