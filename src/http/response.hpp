@@ -55,6 +55,7 @@ inline constexpr failure upstream_invalid{502, "bad_gateway", "the upstream sent
 inline constexpr failure upstream_cut{502, "bad_gateway", "the upstream failed while sending its response"};
 inline constexpr failure upstream_unasked_101{502, "bad_gateway", "the upstream switched protocols unasked"};
 inline constexpr failure no_upstream{502, "bad_gateway", "no upstream server is available"};
+inline constexpr failure upstream_busy{503, "upstream_busy", "the upstream pool has max_in_flight requests in flight"};
 inline constexpr failure store_down{503, "store_unavailable",
                                     "the rate-limit store cannot be reached and store.on_error is deny"};
 inline constexpr failure upstream_timeout{504, "upstream_timeout",

@@ -142,7 +142,7 @@ TEST_CASE("upstreams: pools in file order after the upstream: block, every key r
     CHECK(c->find_upstream(c->routes[3].upstream) == &c->upstreams[0]);
 }
 
-TEST_CASE("upstreams without an upstream: block; routes then name their pool") {
+TEST_CASE("upstreams without an upstream: block, routes then name their pool") {
     const auto c = cfg::load_string(
         api_pool("url: 'http://a'") + "routes: [{match: {path: /}, policy: none, upstream: api}]\n", "inline.yaml");
     REQUIRE(c->upstreams.size() == 1);
@@ -313,7 +313,7 @@ TEST_CASE("upstream: and upstreams.default are one pool: not both") {
           "\"default\"");
 }
 
-TEST_CASE("routes[].upstream: a pool that exists; none named needs the pool default") {
+TEST_CASE("routes[].upstream: a pool that exists, and none named needs the pool default") {
     const std::string pools = "upstreams:\n  api: {url: 'http://a'}\n";
     auto yaml = pools + "routes:\n  - {match: {path: /}, policy: none, upstream: apx}\n";
     CHECK(error_of(yaml) == at(yaml, 4, "apx") + "routes[0].upstream: no upstream named \"apx\"");

@@ -35,6 +35,9 @@ struct named_failure {
 // Every constant of http::fail. The docs test below also checks that response.hpp
 // declares no constant missing here.
 const std::vector<named_failure> all_failures{
+    {"no_route", fail::no_route},
+    {"no_upstream", fail::no_upstream},
+    {"upstream_busy", fail::upstream_busy},
     {"bad_request", fail::bad_request},
     {"bad_framing", fail::bad_framing},
     {"bad_framing_http10", fail::bad_framing_http10},
