@@ -240,6 +240,7 @@ main() {
   for name in "${names[@]}"; do
     needs "$name" redis && need_redis "$name"
     needs "$name" cluster && need_cluster "$name"
+    needs "$name" pool && need_pool
     "start_contender_${name//-/_}" "${ports[$i]}" "${ports[$((i + 1))]}"
     i=$((i + 2))
   done
