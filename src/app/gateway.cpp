@@ -52,26 +52,30 @@ void took_config(const config::config& c, metrics::registry& m) {
     m.set_certificates(std::move(certs));
 }
 
-std::vector<tcp::endpoint> resolve_upstream(const config::upstream_url& url) {
-    asio::io_context ioc;
-    tcp::resolver resolver(ioc);
-    std::vector<tcp::endpoint> out;
-    for (const auto& r : resolver.resolve(url.host, std::to_string(url.port))) out.push_back(r.endpoint());
-    return out;
-}
+std::string to_text(const tcp::endpoint& ep) { return upstream::address_text(ep); }
 
-std::string to_text(const tcp::endpoint& ep) {
-    auto a = ep.address();
-    return a.is_v6() ? "[" + a.to_string() + "]:" + std::to_string(ep.port())
-                     : a.to_string() + ":" + std::to_string(ep.port());
-}
-
-// upstream.tls.verify: false is allowed (a test upstream, a self-signed one) but said.
+// tls.verify: false is allowed (a test upstream, a self-signed one) but said.
 void warn_if_unverified(const config::config& c) {
-    if (c.upstreams.front().url.tls && !c.upstreams.front().tls.verify)
-        spdlog::warn(
-            "upstream.tls.verify is false: the upstream's certificate is not verified, and anyone on the path can "
-            "read and change its traffic");
+    for (const auto& u : c.upstreams) {
+        const bool https = std::any_of(u.servers.begin(), u.servers.end(), [](const auto& s) { return s.url.tls; });
+        if (https && !u.tls.verify)
+            spdlog::warn(
+                "{}: tls.verify is false: the upstream's certificate is not verified, and anyone on the path can "
+                "read and change its traffic",
+                u.at);
+    }
+}
+
+// What the start-up line says of the upstreams: the default pool's first url, or the pools' names.
+std::string upstream_summary(const config::config& c) {
+    if (const auto* d = c.find_upstream(""); d && d->servers.size() == 1)
+        return d->url.host + ":" + std::to_string(d->url.port);
+    std::string out = "pools";
+    for (const auto& u : c.upstreams) {
+        out += out.size() == 5 ? " " : ",";
+        out += u.name;
+    }
+    return out;
 }
 
 // SO_REUSEPORT lets every worker's acceptor share the port, and would let another process
@@ -135,6 +139,7 @@ private:
     std::atomic<std::size_t> open_connections_{0};                  // client connections, every worker
     std::vector<std::unique_ptr<server::worker>> workers_;
     asio::io_context main_ioc_{1};
+    upstream::registry upstreams_{main_ioc_};
     std::unique_ptr<admin_server> admin_;
     asio::signal_set stop_signals_{main_ioc_, SIGINT, SIGTERM};
     asio::signal_set reload_signal_{main_ioc_, SIGHUP};
@@ -230,16 +235,11 @@ void gateway::add_redis_metrics() {
 }
 
 bool gateway::start() {
-    std::vector<tcp::endpoint> upstream;
-    try {
-        upstream = resolve_upstream(cfg_->upstreams.front().url);
-    } catch (const std::exception& e) {
-        spdlog::error("cannot resolve upstream host {}: {}", cfg_->upstreams.front().url.host, e.what());
-        return false;
-    }
     std::shared_ptr<const server::snapshot> snap;
     try {
-        snap = std::make_shared<const server::snapshot>(cfg_, metrics_);
+        auto pools = upstreams_.build(cfg_);
+        snap = std::make_shared<const server::snapshot>(cfg_, metrics_, pools);
+        upstreams_.install(std::move(pools));
     } catch (const std::exception& e) {
         spdlog::error("{}", e.what());
         return false;
@@ -264,7 +264,7 @@ bool gateway::start() {
         return false;
     }
     for (unsigned i = 0; i < threads_; ++i) {
-        workers_.push_back(std::make_unique<server::worker>(snap, metrics_.worker(i), upstream, open_connections_,
+        workers_.push_back(std::make_unique<server::worker>(snap, metrics_.worker(i), open_connections_,
                                                             cfg_->server.max_connections, store_for(i), hasher));
         if (access_log_) workers_.back()->access = &access_log_->lane_of(i);
     }
@@ -335,8 +335,8 @@ void gateway::open_listeners() {
     for (auto& w : workers_) asio::post(w->ioc, [w = w.get()] { w->accept(); });
     listening_.store(true, std::memory_order_release);
     // Printed at any log level: scripts and tests read the ports from these lines.
-    std::fprintf(stderr, "sluice: proxy listening on %s (%u workers), upstream %s:%u\n", bound.c_str(), threads_,
-                 cfg_->upstreams.front().url.host.c_str(), unsigned{cfg_->upstreams.front().url.port});
+    std::fprintf(stderr, "sluice: proxy listening on %s (%u workers), upstream %s\n", bound.c_str(), threads_,
+                 upstream_summary(*cfg_).c_str());
     if (!tls_bound.empty()) std::fprintf(stderr, "sluice: TLS listening on %s\n", tls_bound.c_str());
 }
 
@@ -346,6 +346,7 @@ void gateway::drain(int sig) {
     draining_ = true;
     store_wait_.cancel();
     reload_timer_.cancel();
+    upstreams_.stop();
     admin_->stop();
     reload_signal_.cancel();
     collect_timer_.cancel();
@@ -376,8 +377,10 @@ reload_result gateway::reload() {
         return result;
     }
     std::shared_ptr<const server::snapshot> snap;
+    upstream::pool_list pools;
     try {
-        snap = std::make_shared<const server::snapshot>(result.cfg, metrics_);
+        pools = upstreams_.build(result.cfg);
+        snap = std::make_shared<const server::snapshot>(result.cfg, metrics_, pools);
     } catch (const std::exception& e) {
         result = {false, std::string("reload failed, keeping the running configuration: ") + e.what(), {}, {}};
         spdlog::error("{}", result.message);
@@ -387,6 +390,7 @@ reload_result gateway::reload() {
     for (const auto& key : result.restart_required)
         spdlog::warn("reload: {} changed but needs a restart; the running value stays in effect", key);
     cfg_ = result.cfg;
+    upstreams_.install(std::move(pools));
     took_config(*cfg_, metrics_);
     spdlog::set_level(spdlog::level::from_str(cfg_->log.level));
     warn_if_unverified(*cfg_);
@@ -450,6 +454,7 @@ int gateway::run() {
     if (memory_) collect_expired();
     wait_for_store(std::chrono::steady_clock::now() + cfg_->store.redis_start_timeout);
     main_ioc_.run();
+    upstreams_.stop();
     for (auto& w : workers_) w->ioc.stop();
     for (auto& t : threads) t.join();
     metrics_.set_store_gauges(nullptr, nullptr);

@@ -35,6 +35,7 @@ inline constexpr failure bad_target{400, "bad_request", "invalid request target"
 inline constexpr failure bad_body{400, "bad_request", "malformed request body"};
 inline constexpr failure unauthorized{401, "unauthorized", "invalid credentials"};
 inline constexpr failure forbidden{403, "forbidden", "the caller's plan has no limits configured"};
+inline constexpr failure no_route{404, "not_found", "no route matches the request"};
 inline constexpr failure connect_refused{405, "method_not_allowed", "CONNECT is not supported"};
 inline constexpr failure bad_method{400, "bad_request", "methods are case-sensitive: write it in upper case"};
 inline constexpr failure header_timeout{408, "request_timeout",
@@ -53,6 +54,7 @@ inline constexpr failure upstream_closed{502, "bad_gateway", "the upstream close
 inline constexpr failure upstream_invalid{502, "bad_gateway", "the upstream sent an invalid response"};
 inline constexpr failure upstream_cut{502, "bad_gateway", "the upstream failed while sending its response"};
 inline constexpr failure upstream_unasked_101{502, "bad_gateway", "the upstream switched protocols unasked"};
+inline constexpr failure no_upstream{502, "bad_gateway", "no upstream server is available"};
 inline constexpr failure store_down{503, "store_unavailable",
                                     "the rate-limit store cannot be reached and store.on_error is deny"};
 inline constexpr failure upstream_timeout{504, "upstream_timeout",

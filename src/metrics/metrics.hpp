@@ -99,7 +99,9 @@ public:
     void connection_opened() { open_connections_.add(); }
     void connection_closed() { open_connections_.sub(); }
     void connection_rejected() { rejected_connections_.add(); }
-    void set_idle_upstream(std::size_t n) { idle_upstream_.set(n); }
+    // Idle upstream connections: the worker has one pool per upstream server.
+    void idle_upstream_added() { idle_upstream_.add(); }
+    void idle_upstream_removed(std::size_t n = 1) { idle_upstream_.sub(n); }
     void lease_held() { leases_held_.add(); }
     void lease_ended() { leases_held_.sub(); }
     void proxy_protocol_refused(proxy_refusal r) { proxy_refused_[static_cast<std::size_t>(r)].add(); }

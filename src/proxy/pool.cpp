@@ -17,7 +17,7 @@ std::unique_ptr<upstream_connection> pool::take() {
     while (!idle_.empty()) {
         auto c = std::move(idle_.back());
         idle_.pop_back();
-        metrics_.set_idle_upstream(idle_.size());
+        metrics_.idle_upstream_removed();
         if (readable(c->stream)) continue;
         c->reused = true;
         return c;
@@ -30,7 +30,7 @@ void pool::give_back(std::unique_ptr<upstream_connection> c) {
         c->buffer.size() != 0)
         return;
     idle_.push_back(std::move(c));
-    metrics_.set_idle_upstream(idle_.size());
+    metrics_.idle_upstream_added();
     if (!sweeping_) start_sweep();
 }
 
@@ -52,16 +52,16 @@ void pool::sweep() {
     std::size_t kept = 0;
     for (std::size_t i = 0; i < idle_.size(); ++i)
         if (polled_[i].revents == 0) idle_[kept++] = std::move(idle_[i]);
+    metrics_.idle_upstream_removed(idle_.size() - kept);
     idle_.resize(kept);
-    metrics_.set_idle_upstream(idle_.size());
 }
 
 void pool::close_all() {
     closed_ = true;
+    metrics_.idle_upstream_removed(idle_.size());
     idle_.clear();
     sweep_.cancel();
     sweeping_ = false;
-    metrics_.set_idle_upstream(0);
 }
 
 }  // namespace sluice::proxy

@@ -1,4 +1,4 @@
-// Keep-alive connections to the upstream, one pool per worker.
+// Keep-alive connections to one upstream server, one pool per server and worker.
 //
 // take() hands out the most recently used idle connection (LIFO: the one least likely to
 // have been closed by the upstream's own idle timeout); give_back() keeps it if the pool
@@ -39,6 +39,9 @@ class pool {
 public:
     pool(const boost::asio::any_io_executor& ex, std::size_t max_idle, metrics::shard& metrics)
         : sweep_(ex), max_idle_(max_idle), metrics_(metrics) {}
+    ~pool() { metrics_.idle_upstream_removed(idle_.size()); }
+    pool(const pool&) = delete;
+    pool& operator=(const pool&) = delete;
     std::unique_ptr<upstream_connection> take();
     // Keeps `c` for reuse. Only for a connection whose last response ended exactly at its
     // framing with nothing more read (c->buffer empty).

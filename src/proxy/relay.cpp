@@ -9,6 +9,8 @@
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
 
+#include <tuple>
+
 namespace sluice::proxy {
 
 namespace asio = boost::asio;
@@ -142,12 +144,16 @@ awaitable<error_code> relay::write_all(stream& s, std::string_view data, http::c
     co_return timed(ec);
 }
 
-awaitable<error_code> relay::connect(upstream_connection& up, const std::vector<tcp::endpoint>& endpoints,
+awaitable<error_code> relay::connect(upstream_connection& up, const tcp::endpoint& endpoint,
                                      http::clock::duration timeout) {
     track_.arm(timeout);
-    auto [ec, ep] = co_await asio::async_connect(up.stream.socket(), endpoints, use_tuple);
+    auto& socket = up.stream.socket();
+    error_code ec;
+    socket.open(endpoint.protocol(), ec);
+    if (ec) co_return ec;
+    std::tie(ec) = co_await socket.async_connect(endpoint, use_tuple);
     ec = timed(ec);
-    if (!ec) up.stream.socket().set_option(tcp::no_delay(true), ec);
+    if (!ec) socket.set_option(tcp::no_delay(true), ec);
     co_return ec;
 }
 

@@ -84,7 +84,7 @@ public:
 
     awaitable<error_code> read_some(stream& s, boost::beast::flat_buffer& buf);
     awaitable<error_code> write_all(stream& s, std::string_view data, http::clock::duration timeout);
-    awaitable<error_code> connect(upstream_connection& up, const std::vector<tcp::endpoint>& endpoints,
+    awaitable<error_code> connect(upstream_connection& up, const tcp::endpoint& endpoint,
                                   http::clock::duration timeout);
     // TLS over a connected `up`, through `ssl` (a client's), within `timeout`.
     awaitable<error_code> handshake(upstream_connection& up, tls::ssl_ptr ssl, http::clock::duration timeout);

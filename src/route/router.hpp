@@ -25,6 +25,7 @@ struct route {
     std::string cost_header;      // the upstream reports the request's whole cost here ("" = none)
     std::int64_t max_cost = 0;    // the most a report is taken as
     std::size_t metric_slot = 0;  // index for per-route metrics
+    std::size_t upstream = 0;     // its pool: an index into config::upstreams
 };
 
 class router {

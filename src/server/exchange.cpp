@@ -14,6 +14,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <limits>
 
@@ -98,19 +99,75 @@ awaitable<after> session::exchange() {
     if (has_body) {
         if (auto f = co_await read_body_ahead(framing, size)) co_return co_await respond(*f);
     }
-    // A request may be sent again only if it is idempotent and whole in memory; an upstream
-    // that closed a pooled connection while idle is the usual cause.
+    // The pool: the route's, or the default one for a request no route matches.
+    const std::size_t pool_index = req_.route ? req_.route->upstream : snap_->default_pool;
+    if (pool_index >= snap_->pools.size()) co_return co_await respond(fail::no_route);
+    const auto& pool = snap_->pools[pool_index];
+    lane_ = w_.lane_of(pool.get());
+    // A reload came since this request began: a lane of its own, without idle connections.
+    if (!lane_) lane_ = std::make_shared<upstream::lane>(pool, client_.get_executor(), w_.metrics);
+    lane_->count_request(clock::now());
+    const auto hash = pool->cfg().balance == config::balance_kind::hash ? balance_hash() : 0;
+    // A request may be sent again only if it is idempotent and whole in memory: to the same
+    // server when a pooled connection turned out closed (the upstream's idle timeout, the
+    // usual cause), to another when this one failed without a byte of answer.
     const bool idempotent = proxy::is_idempotent(head_.method) && p.is_done();
-    for (int attempt = 0;; ++attempt) {
-        if (auto f = co_await connect_upstream()) co_return co_await respond(*f);
-        const bool replayable = idempotent && attempt == 0 && up_->reused;
-        auto s = co_await send_request(framing, size, replayable);
-        if (!s.retry && !s.failed) s = co_await read_response_head(replayable && !req_.early_answer);
+    std::array<const upstream::slot*, 12> tried{};
+    std::size_t tries = 0;
+    bool stale_retried = false;
+    for (;;) {
+        auto s = co_await connect_upstream(hash, std::span(tried.data(), tries));
+        if (!s.failed) {
+            const bool replayable = idempotent && !stale_retried && up_->reused;
+            s = co_await send_request(framing, size, replayable, idempotent);
+            if (!s.retry && !s.failed) s = co_await read_response_head(replayable && !req_.early_answer, idempotent);
+        }
         if (!s.retry && !s.failed) break;
+        const upstream::slot* failed_on = slot_.get();
         release_upstream(false);
-        if (s.failed) co_return co_await respond(*s.failed);
+        if (s.retry) {
+            stale_retried = true;
+            continue;
+        }
+        if (s.elsewhere && failed_on && tries < tried.size() && may_retry(tries)) {
+            tried[tries++] = failed_on;
+            continue;
+        }
+        co_return co_await respond(*s.failed);
     }
     co_return co_await relay_response();
+}
+
+bool session::may_retry(std::size_t tries) {
+    if (tries >= lane_->owner().cfg().retries) return false;
+    if (lane_->take_retry(clock::now())) return true;
+    // metrics: the retry budget refused one (the metrics helper counts it)
+    return false;
+}
+
+std::uint64_t session::balance_hash() const {
+    const auto d = req_.who.user.empty() ? w_.hasher.hash("ip", req_.who.client.to_string())
+                                         : w_.hasher.hash("user", req_.who.user);
+    std::uint64_t h = 0;
+    for (std::size_t i = 0; i < 8; ++i) h = h << 8 | d[i];
+    return h;
+}
+
+void session::server_failed() {
+    if (!slot_) return;
+    auto& srv = *slot_->srv;
+    slot_->counters.failures.add();
+    if (lane_->owner().failed(srv, clock::now()))
+        spdlog::warn("upstream {}: server {} ejected after {} failures in a row", lane_->owner().name(), srv.label,
+                     lane_->owner().cfg().health.eject_after);
+}
+
+void session::server_answered(unsigned status) {
+    if (!slot_) return;
+    if (status >= 500)
+        server_failed();
+    else
+        lane_->owner().succeeded(*slot_->srv);
 }
 
 // With request_buffering, reads the body into memory up to request_buffer_bytes, before
@@ -134,51 +191,59 @@ awaitable<std::optional<http::failure>> session::read_body_ahead(body_framing& f
     co_return std::nullopt;
 }
 
-awaitable<std::optional<http::failure>> session::connect_upstream() {
-    up_ = w_.pool.take();
+awaitable<session::step> session::connect_upstream(std::uint64_t hash, std::span<const upstream::slot* const> tried) {
+    slot_ = lane_->pick(hash, tried);
+    if (!slot_) co_return step{fail::no_upstream};
+    ++slot_->in_flight;
+    slot_->counters.in_flight.add();
+    slot_->counters.requests.add();
+    up_ = slot_->idle.take();
     if (up_) {
         track_.watch_upstream(&up_->stream.socket());
-        co_return std::nullopt;
+        co_return step{};
     }
+    const auto& cfg = lane_->owner().cfg();
+    const auto& srv = *slot_->srv;
     up_ = std::make_unique<proxy::upstream_connection>(client_.get_executor());
     track_.watch_upstream(&up_->stream.socket());
-    auto ec = co_await relay_.connect(*up_, w_.upstream_endpoints, cfg_->upstreams.front().connect_timeout);
-    const auto& tls = snap_->upstream_tls;
-    if (!ec && tls) {
-        // An https upstream: the handshake has a connect_timeout of its own.
-        auto ssl = tls->make_ssl(w_.upstream_sessions);
-        ec = co_await relay_.handshake(*up_, std::move(ssl), cfg_->upstreams.front().connect_timeout);
+    auto ec = co_await relay_.connect(*up_, srv.endpoint, cfg.connect_timeout);
+    const auto& tls = snap_->upstream_tls[static_cast<std::size_t>(&cfg - snap_->cfg->upstreams.data())];
+    if (!ec && srv.url.tls) {
+        // An https server: the handshake has a connect_timeout of its own.
+        auto ssl = tls->make_ssl(slot_->sessions, srv.url.host);
+        ec = co_await relay_.handshake(*up_, std::move(ssl), cfg.connect_timeout);
         if (ec && !relay::is_timeout(ec)) {
             log_tls_failure(tls::handshake_failure(up_->stream.ssl(), ec));
-            release_upstream(false);
+            server_failed();
             w_.metrics.upstream_failed(metrics::upstream_error::tls);
-            co_return fail::upstream_tls;
+            co_return step{fail::upstream_tls, false, true};
         }
     }
-    if (!ec) co_return std::nullopt;
-    release_upstream(false);
-    w_.upstream_failed();
+    if (!ec) co_return step{};
+    server_failed();
     if (relay::is_timeout(ec)) {
         w_.metrics.upstream_failed(metrics::upstream_error::connect_timeout);
-        co_return fail::upstream_connect_timeout;
+        co_return step{fail::upstream_connect_timeout, false, true};
     }
     w_.metrics.upstream_failed(ec == asio::error::connection_refused ? metrics::upstream_error::connect_refused
                                                                      : metrics::upstream_error::connect_failed);
-    co_return fail::upstream_refused;
+    co_return step{fail::upstream_refused, false, true};
 }
 
 // Sends the head and the body. An upstream that answers before it has taken the whole
 // body (a 413, a 401) is heard: the send stops and its answer is relayed.
-awaitable<session::step> session::send_request(body_framing framing, std::uint64_t size, bool replayable) {
+awaitable<session::step> session::send_request(body_framing framing, std::uint64_t size, bool replayable,
+                                               bool idempotent) {
     using namespace asio::experimental::awaitable_operators;
     auto& p = *parser_;
-    const auto& up_cfg = cfg_->upstreams.front();
+    const auto& up_cfg = lane_->owner().cfg();
+    const auto& url = slot_->srv->url;
     target_text_ = req_.target.path;
     target_text_ += req_.target.query;
     out_.clear();
     proxy::write_request_head(out_, head_,
-                              {client_ip_, up_cfg.url.authority, up_cfg.url.base_path, upgrade_, target_text_,
-                               req_.target.authority, req_.who.peer_trusted, client_.secure()},
+                              {client_ip_, url.authority, url.base_path, upgrade_, target_text_, req_.target.authority,
+                               req_.who.peer_trusted, client_.secure()},
                               framing, size);
     if (framing == body_framing::chunked && !req_.body.empty()) append_chunk(out_, req_.body);
     if (framing == body_framing::length) out_ += req_.body;
@@ -216,9 +281,11 @@ awaitable<session::step> session::send_request(body_framing framing, std::uint64
         case proxy::pump_result::write:
             if (relay::is_timeout(r.ec)) {
                 w_.metrics.upstream_failed(metrics::upstream_error::timeout);
+                server_failed();
                 co_return step{fail::upstream_send_timeout};
             }
             if (replayable) co_return step{std::nullopt, true};
+            (void)idempotent;
             // It may have answered before it stopped reading: listen before giving up.
             req_.early_answer = true;
             co_return step{};
@@ -243,9 +310,9 @@ void session::check_client_left() {
 }
 
 // Reads the final response head, relaying interim 1xx ones; one deadline covers them all.
-awaitable<session::step> session::read_response_head(bool replayable) {
+awaitable<session::step> session::read_response_head(bool replayable, bool idempotent) {
     const auto asked = clock::now();
-    const auto deadline = asked + cfg_->upstreams.front().timeout;
+    const auto deadline = asked + lane_->owner().cfg().timeout;
     for (;;) {
         auto& rp = resp_parser_.emplace(resp_, resp_sink_);
         resp_sink_ = http::body_sink{&out_, http::body_sink::framing::none, 0};
@@ -263,13 +330,19 @@ awaitable<session::step> session::read_response_head(bool replayable) {
         if (ec) {
             if (!got_some && replayable && !relay::is_timeout(ec)) co_return step{std::nullopt, true};
             w_.metrics.upstream_failed(error_kind(ec));
+            server_failed();
             if (relay::is_timeout(ec)) co_return step{fail::upstream_timeout};
-            if (req_.early_answer && !got_some) co_return step{fail::upstream_send};
+            // No byte of answer: an idempotent request whole in memory may go elsewhere.
+            const bool elsewhere = !got_some && idempotent;
+            if (req_.early_answer && !got_some) co_return step{fail::upstream_send, false, elsewhere};
             if (got_some && ec != asio::error::eof && ec != asio::error::connection_reset)
                 co_return step{fail::upstream_invalid};
-            co_return step{fail::upstream_closed};
+            co_return step{fail::upstream_closed, false, elsewhere};
         }
-        if (resp_.status >= 200 || resp_.status == 101) co_return step{};
+        if (resp_.status >= 200 || resp_.status == 101) {
+            server_answered(resp_.status);
+            co_return step{};
+        }
         if (head_.version < 11) continue;  // HTTP/1.0 clients get no interim responses
         out_.clear();
         proxy::write_response_head(out_, resp_, {.drop = cost_header()}, body_framing::none, 0);
@@ -318,7 +391,7 @@ awaitable<after> session::relay_response() {
                       : no_body                        ? http::body_sink::framing::none
                                                        : http::body_sink::framing::identity;
     req_.status = status;
-    auto r = co_await relay_.pump(rp, up_->stream, up_->buffer, cfg_->upstreams.front().timeout, nullptr, client_,
+    auto r = co_await relay_.pump(rp, up_->stream, up_->buffer, lane_->owner().cfg().timeout, nullptr, client_,
                                   cfg_->server.idle_timeout, out_);
     // Pooled again only when the response ended exactly at its framing, after the whole
     // request went out (pool::give_back also wants nothing more buffered).
@@ -335,10 +408,16 @@ awaitable<after> session::relay_response() {
 }
 
 void session::release_upstream(bool reuse) {
-    if (!up_) return;
-    track_.watch_upstream(nullptr);
-    if (reuse) w_.pool.give_back(std::move(up_));
-    up_.reset();
+    if (up_) {
+        track_.watch_upstream(nullptr);
+        if (reuse) slot_->idle.give_back(std::move(up_));
+        up_.reset();
+    }
+    if (slot_) {
+        --slot_->in_flight;
+        slot_->counters.in_flight.sub();
+        slot_.reset();
+    }
 }
 
 }  // namespace sluice::server

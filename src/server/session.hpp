@@ -30,6 +30,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 
 namespace sluice::server {
 
@@ -103,9 +104,12 @@ private:
     enum class head_status { ok, closed, failed };
     // How a step of the upstream exchange ended: on, failed, or to be tried again on a new
     // connection (a pooled one was found closed before any of the request could matter).
+    // `elsewhere`: the failure leaves the request safe to send to another server (it never
+    // reached this one, or it is idempotent, whole in memory, and got no byte of answer).
     struct step {
         std::optional<failure> failed;
         bool retry = false;
+        bool elsewhere = false;
     };
 
     // session.cpp: the phases
@@ -130,9 +134,16 @@ private:
     // exchange.cpp: the upstream exchange
     boost::asio::awaitable<after> exchange();
     boost::asio::awaitable<std::optional<failure>> read_body_ahead(proxy::body_framing& framing, std::uint64_t& length);
-    boost::asio::awaitable<std::optional<failure>> connect_upstream();
-    boost::asio::awaitable<step> send_request(proxy::body_framing framing, std::uint64_t length, bool replayable);
-    boost::asio::awaitable<step> read_response_head(bool replayable);
+    boost::asio::awaitable<step> connect_upstream(std::uint64_t hash, std::span<const upstream::slot* const> tried);
+    boost::asio::awaitable<step> send_request(proxy::body_framing framing, std::uint64_t length, bool replayable,
+                                              bool idempotent);
+    boost::asio::awaitable<step> read_response_head(bool replayable, bool idempotent);
+    // Whether a failed attempt may go to another server: retries left, and the budget.
+    bool may_retry(std::size_t tried);
+    // Passive health: the attempt on the held server failed, or answered.
+    void server_failed();
+    void server_answered(unsigned status);
+    std::uint64_t balance_hash() const;
     void check_client_left();
     boost::asio::awaitable<after> relay_response();
     void release_upstream(bool reuse);
@@ -159,6 +170,8 @@ private:
     std::optional<http::request_parser> parser_;
     std::optional<http::response_parser> resp_parser_;
     std::unique_ptr<proxy::upstream_connection> up_;  // watched by track_ while held
+    std::shared_ptr<upstream::lane> lane_;            // the pool of the request being served
+    std::shared_ptr<upstream::slot> slot_;            // the server of the attempt under way (counted in flight)
     bool client_left_ = false;                        // check_client_left() saw the client go while the upstream worked
 };
 

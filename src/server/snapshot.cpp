@@ -1,5 +1,6 @@
 #include "server/snapshot.hpp"
 
+#include <algorithm>
 #include <atomic>
 
 namespace sluice::server {
@@ -13,7 +14,7 @@ std::uint64_t next_generation() {
 
 }  // namespace
 
-snapshot::snapshot(std::shared_ptr<const config::config> c, metrics::registry& m)
+snapshot::snapshot(std::shared_ptr<const config::config> c, metrics::registry& m, upstream::pool_list p)
     : cfg(std::move(c)),
       policies(limit::compile_policies(*cfg)),
       router(*cfg, policies),
@@ -23,7 +24,13 @@ snapshot::snapshot(std::shared_ptr<const config::config> c, metrics::registry& m
       tls(cfg->server.tls ? std::make_shared<const tls::server_contexts>(*cfg->server.tls) : nullptr),
       unmatched_slot(m.slot("route", "unmatched")),
       generation(next_generation()),
-      upstream_tls(cfg->upstreams.front().url.tls ? std::make_shared<const tls::client_context>(cfg->upstreams.front()) : nullptr) {
+      pools(std::move(p)) {
+    const auto* fallback = cfg->find_upstream("");
+    default_pool = fallback ? static_cast<std::size_t>(fallback - cfg->upstreams.data()) : cfg->upstreams.size();
+    for (const auto& u : cfg->upstreams) {
+        const bool https = std::any_of(u.servers.begin(), u.servers.end(), [](const auto& s) { return s.url.tls; });
+        upstream_tls.push_back(https ? std::make_shared<const tls::client_context>(u) : nullptr);
+    }
     for (auto& p : policies) p.metric_slot = m.slot("policy", p.name);
     for (auto& r : router.routes()) r.metric_slot = m.slot("route", r.name);
 }

@@ -13,6 +13,7 @@
 #include "route/router.hpp"
 #include "tls/client_context.hpp"
 #include "tls/server_context.hpp"
+#include "upstream/registry.hpp"
 
 #include <memory>
 #include <vector>
@@ -20,7 +21,9 @@
 namespace sluice::server {
 
 struct snapshot {
-    snapshot(std::shared_ptr<const config::config> c, metrics::registry& m);
+    // `pools`: the running pools of `c` (upstream::registry::build), in its order; empty
+    // where none run (--check).
+    snapshot(std::shared_ptr<const config::config> c, metrics::registry& m, upstream::pool_list pools = {});
     snapshot(const snapshot&) = delete;  // the router points into policies
     snapshot& operator=(const snapshot&) = delete;
 
@@ -32,9 +35,11 @@ struct snapshot {
     std::shared_ptr<const tls::server_contexts> tls;  // server.tls's certificates; null without
     std::size_t unmatched_slot = 0;                   // metrics slot for requests no route matches
     std::uint64_t generation = 0;                     // unique per snapshot: caches built for one know they are stale
-    // An https upstream's TLS context (null for http): built with each snapshot, so that a
-    // reload's files apply to new upstream connections.
-    std::shared_ptr<const tls::client_context> upstream_tls;
+    upstream::pool_list pools;
+    std::size_t default_pool = 0;  // the pool of requests no route matches; pools.size(): none (404)
+    // Each pool's TLS context, in config order (null for a pool with no https server):
+    // built with each snapshot, so that a reload's files apply to new upstream connections.
+    std::vector<std::shared_ptr<const tls::client_context>> upstream_tls;
 };
 
 }  // namespace sluice::server

@@ -17,8 +17,8 @@ namespace {
 
 // The sweep's period bounds how late a deadline can fire.
 clock::duration sweep_tick(const config::config& c) {
-    auto shortest = std::min({c.server.header_timeout, c.server.idle_timeout, c.upstreams.front().connect_timeout,
-                              c.upstreams.front().timeout});
+    auto shortest = std::min(c.server.header_timeout, c.server.idle_timeout);
+    for (const auto& u : c.upstreams) shortest = std::min({shortest, u.connect_timeout, u.timeout});
     if (c.server.proxy_protocol) shortest = std::min(shortest, c.server.proxy_protocol->header_timeout);
     if (c.server.tls && c.server.tls->handshake_timeout.count() > 0)
         shortest = std::min(shortest, c.server.tls->handshake_timeout);
@@ -50,22 +50,35 @@ asio::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, bool tls) 
 
 }  // namespace
 
-worker::worker(std::shared_ptr<const snapshot> s, metrics::shard& m, std::vector<tcp::endpoint> up,
-               std::atomic<std::size_t>& open_conns, std::size_t max_conns, limit::store& st, identity::hasher h)
+worker::worker(std::shared_ptr<const snapshot> s, metrics::shard& m, std::atomic<std::size_t>& open_conns,
+               std::size_t max_conns, limit::store& st, identity::hasher h)
     : metrics(m),
       store(st),
       hasher(std::move(h)),
-      upstream_endpoints(std::move(up)),
       open_connections(open_conns),
       max_connections(max_conns),
-      connections(ioc, sweep_tick(*s->cfg)),
-      pool(ioc.get_executor(), s->cfg->upstreams.front().max_idle_per_worker, m) {
+      connections(ioc, sweep_tick(*s->cfg)) {
     set_snapshot(std::move(s));
 }
 
 void worker::set_snapshot(std::shared_ptr<const snapshot> s) {
+    std::vector<std::shared_ptr<upstream::lane>> next;
+    for (const auto& p : s->pools) {
+        const upstream::lane* before = nullptr;
+        for (const auto& l : lanes)
+            if (l->owner().name() == p->name()) before = l.get();
+        next.push_back(std::make_shared<upstream::lane>(p, ioc.get_executor(), metrics, before));
+        if (draining) next.back()->close_all();
+    }
+    lanes = std::move(next);
     const snapshot* raw = s.get();
     snap = std::shared_ptr<const snapshot>(raw, [keep = std::move(s)](const snapshot*) {});
+}
+
+std::shared_ptr<upstream::lane> worker::lane_of(const upstream::pool* p) const {
+    for (const auto& l : lanes)
+        if (&l->owner() == p) return l;
+    return nullptr;
 }
 
 void worker::start() { connections.start(); }
@@ -76,27 +89,6 @@ void worker::accept() {
         asio::co_spawn(ioc, accept_loop(*this, acceptor, false), base::log_exception("accept loop"));
     if (tls_acceptor.is_open())
         asio::co_spawn(ioc, accept_loop(*this, tls_acceptor, true), base::log_exception("TLS accept loop"));
-}
-
-void worker::upstream_failed() {
-    const auto& url = snap->cfg->upstreams.front().url;
-    boost::system::error_code ec;
-    asio::ip::make_address(url.host, ec);
-    if (!ec || resolving_ || clock::now() - resolved_at_ < std::chrono::seconds(1)) return;
-    resolving_ = true;
-    auto resolver = std::make_shared<tcp::resolver>(ioc);
-    resolver->async_resolve(
-        url.host, std::to_string(url.port),
-        [this, resolver, host = url.host](boost::system::error_code rec, const tcp::resolver::results_type& found) {
-            resolving_ = false;
-            resolved_at_ = clock::now();
-            if (rec || found.empty()) {
-                spdlog::warn("resolving upstream host {} again failed: {}", host, rec.message());
-                return;
-            }
-            upstream_endpoints.clear();
-            for (const auto& r : found) upstream_endpoints.push_back(r.endpoint());
-        });
 }
 
 void worker::renew_while_held(held_lease& l) {
@@ -129,7 +121,7 @@ void worker::begin_drain(std::function<void()> on_drained) {
     boost::system::error_code ignored;
     acceptor.close(ignored);
     tls_acceptor.close(ignored);
-    pool.close_all();
+    for (auto& l : lanes) l->close_all();
     connections.drain(std::move(on_drained));
 }
 

@@ -11,11 +11,10 @@
 #include "limit/offenders.hpp"
 #include "limit/store.hpp"
 #include "metrics/metrics.hpp"
-#include "proxy/pool.hpp"
 #include "server/access_log.hpp"
 #include "server/lease.hpp"
 #include "server/snapshot.hpp"
-#include "tls/client_context.hpp"
+#include "upstream/lane.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -31,8 +30,8 @@ using http::clock;
 using http::deadline_sweep;
 
 struct worker {
-    worker(std::shared_ptr<const snapshot> s, metrics::shard& m, std::vector<boost::asio::ip::tcp::endpoint> up,
-           std::atomic<std::size_t>& open_conns, std::size_t max_conns, limit::store& st, identity::hasher h);
+    worker(std::shared_ptr<const snapshot> s, metrics::shard& m, std::atomic<std::size_t>& open_conns,
+           std::size_t max_conns, limit::store& st, identity::hasher h);
 
     boost::asio::io_context ioc{1};
     // The current snapshot, behind a control block of this worker's own: copying it per
@@ -44,17 +43,15 @@ struct worker {
     limit::offenders refusals;           // who this worker refused lately (GET /top)
     limit::lease_ids lease_ids;          // for the requests that meet a concurrency tier
     access_log::lane* access = nullptr;  // null: access log off
-    std::vector<boost::asio::ip::tcp::endpoint> upstream_endpoints;
     // Client connections open in every worker, against server.max_connections: one count
     // for all (the kernel spreads connections unevenly, so a per-worker share refuses early).
     // Touched once per connection, never per request.
     std::atomic<std::size_t>& open_connections;
     std::size_t max_connections;
     deadline_sweep connections;
-    // The last TLS session of an https upstream, offered on the next connection. Before the
-    // pool: pooled connections point to it.
-    tls::session_cache upstream_sessions;
-    proxy::pool pool;
+    // The pools of the current snapshot as this worker runs them, in its order. A request
+    // holds its lane (shared_ptr): one a reload dropped lives until its last request ends.
+    std::vector<std::shared_ptr<upstream::lane>> lanes;
     boost::asio::ip::tcp::acceptor acceptor{ioc};
     boost::asio::ip::tcp::acceptor tls_acceptor{ioc};  // server.tls.listen; closed without
     std::size_t handshakes = 0;                        // TLS handshakes under way (server.tls.max_handshakes)
@@ -67,11 +64,11 @@ struct worker {
     // Stops accepting and closes idle connections; calls on_drained (on this thread) once
     // the last connection has closed.
     void begin_drain(std::function<void()> on_drained);
-    // Installs a new snapshot; requests already running keep theirs. Worker thread only.
+    // Installs a new snapshot; requests already running keep theirs. A pool that stays
+    // (the same name) keeps the idle connections of its servers that stay. Worker thread only.
     void set_snapshot(std::shared_ptr<const snapshot> s);
-    // Resolves the upstream's name again, in the background (at most once a second), after
-    // a connection to it failed: a DNS name may have moved. Nothing for an IP literal.
-    void upstream_failed();
+    // The lane of `p`, a pool of the current snapshot (null for one of an older snapshot).
+    std::shared_ptr<upstream::lane> lane_of(const upstream::pool* p) const;
     // Renews `l` (held) until it is released: a timer runs while any lease is held.
     void renew_while_held(held_lease& l);
     // Forgets every lease held (their requests are cut short with the loop stopped): before
@@ -81,8 +78,6 @@ struct worker {
 private:
     void renew_leases();
 
-    clock::time_point resolved_at_{};
-    bool resolving_ = false;
     boost::intrusive::list<held_lease, boost::intrusive::constant_time_size<false>> leases_;
     boost::asio::steady_timer lease_timer_{ioc};
     bool renewing_ = false;

@@ -89,10 +89,7 @@ client_context::client_context(const config::upstream_config& c)
         // Sessions are kept by each worker (session_cache), none in the context.
         SSL_CTX_set_session_cache_mode(ctx_, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
         SSL_CTX_sess_set_new_cb(ctx_, on_new_session);
-        name_ = t.server_name.empty() ? c.url.host : t.server_name;
-        boost::system::error_code ec;
-        boost::asio::ip::make_address(name_, ec);
-        name_is_ip_ = !ec;
+        name_ = t.server_name;
     } catch (...) {
         SSL_CTX_free(ctx_);
         throw;
@@ -101,18 +98,21 @@ client_context::client_context(const config::upstream_config& c)
 
 client_context::~client_context() { SSL_CTX_free(ctx_); }
 
-ssl_ptr client_context::make_ssl(session_cache& cache) const {
+ssl_ptr client_context::make_ssl(session_cache& cache, const std::string& host) const {
     ssl_ptr ssl(SSL_new(ctx_));
     if (!ssl) throw std::bad_alloc();
     SSL* s = ssl.get();
     SSL_set_connect_state(s);
-    if (name_is_ip_) {
+    const std::string& name = name_.empty() ? host : name_;
+    boost::system::error_code ec;
+    boost::asio::ip::make_address(name, ec);
+    if (!ec) {
         // No SNI for an address (RFC 6066 section 3); the certificate must name the address.
-        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(s), name_.c_str());
+        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(s), name.c_str());
     } else {
-        SSL_set_tlsext_host_name(s, name_.c_str());
+        SSL_set_tlsext_host_name(s, name.c_str());
         SSL_set_hostflags(s, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-        SSL_set1_host(s, name_.c_str());
+        SSL_set1_host(s, name.c_str());
     }
     SSL_set_ex_data(s, cache_index(), &cache);
     // A copy again: the connection may mark the session it used unresumable when it goes.

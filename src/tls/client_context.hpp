@@ -1,8 +1,8 @@
-// TLS to an https upstream: the client context one configuration builds, and the session a
-// worker offers on its next connection.
+// TLS to https upstream servers: the client context one pool's configuration builds, and the
+// session a worker offers on its next connection to one server.
 //
-// client_context holds one SSL_CTX (TLS 1.2 at least; the upstream verified against
-// upstream.tls.ca_file or the system's CAs, under its server_name or the url's host; the
+// client_context holds one SSL_CTX (TLS 1.2 at least; the server verified against
+// tls.ca_file or the system's CAs, under its server_name or the server url's host; the
 // client certificate for mTLS). It is built with the config snapshot, at start, on --check
 // and on every reload, so changed files take effect for new upstream connections, and
 // shared by every worker: SSL_new on a shared SSL_CTX is thread-safe, and nothing else
@@ -41,19 +41,18 @@ public:
     client_context(const client_context&) = delete;
     client_context& operator=(const client_context&) = delete;
 
-    // A client SSL for one connection: SNI (for a name), the name or IP address verified,
-    // the worker's last session offered, and new sessions kept in `cache`, which must
-    // outlive the SSL's reads.
-    ssl_ptr make_ssl(session_cache& cache) const;
+    // A client SSL for one connection to `host` (a server's url host): SNI (for a name),
+    // the name verified (upstream.tls.server_name if set, else `host`; an IP address is
+    // verified as one), the last session of `cache` offered, and new sessions kept in
+    // `cache`, which must outlive the SSL's reads.
+    ssl_ptr make_ssl(session_cache& cache, const std::string& host) const;
 
     bool verifies() const { return verify_; }
-    const std::string& server_name() const { return name_; }
     SSL_CTX* native() const { return ctx_; }
 
 private:
     SSL_CTX* ctx_;
-    std::string name_;
-    bool name_is_ip_ = false;
+    std::string name_;  // upstream.tls.server_name ("": each server's host)
     bool verify_ = true;
 };
 

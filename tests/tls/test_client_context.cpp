@@ -78,9 +78,8 @@ TEST_CASE("upstream.tls: a valid client certificate and CA build a context") {
     const auto c = load(fixture_text(dir + "/valid_mtls.yaml"));
     tls::client_context ctx(c->upstreams.front());
     CHECK(ctx.verifies());
-    CHECK(ctx.server_name() == "upstream.internal");
     tls::session_cache cache;
-    auto ssl = ctx.make_ssl(cache);
+    auto ssl = ctx.make_ssl(cache, c->upstreams.front().url.host);
     REQUIRE(ssl);
     CHECK(sni_of(ssl.get()) == "upstream.internal");
     CHECK(SSL_get_verify_mode(ssl.get()) == SSL_VERIFY_PEER);
@@ -93,8 +92,7 @@ TEST_CASE("upstream.tls: SNI and the name verified come from the url's host, an 
     {
         const auto c = load("upstream: {url: 'https://api.example.com:8443'}\n");
         tls::client_context ctx(c->upstreams.front());  // the system's CAs
-        CHECK(ctx.server_name() == "api.example.com");
-        auto ssl = ctx.make_ssl(cache);
+        auto ssl = ctx.make_ssl(cache, c->upstreams.front().url.host);
         CHECK(sni_of(ssl.get()) == "api.example.com");
         CHECK(std::string(SSL_get0_peername(ssl.get()) ? SSL_get0_peername(ssl.get()) : "") == "");  // until verified
         X509_VERIFY_PARAM* p = SSL_get0_param(ssl.get());
@@ -104,7 +102,7 @@ TEST_CASE("upstream.tls: SNI and the name verified come from the url's host, an 
         CAPTURE(url);
         const auto c = load(std::string("upstream: {url: '") + url + "'}\n");
         tls::client_context ctx(c->upstreams.front());
-        auto ssl = ctx.make_ssl(cache);
+        auto ssl = ctx.make_ssl(cache, c->upstreams.front().url.host);
         CHECK(sni_of(ssl.get()).empty());  // no SNI for an address (RFC 6066)
         X509_VERIFY_PARAM* p = SSL_get0_param(ssl.get());
         CHECK(X509_VERIFY_PARAM_get0_host(p, 0) == nullptr);
@@ -117,7 +115,7 @@ TEST_CASE("upstream.tls: SNI and the name verified come from the url's host, an 
         const auto c = load("upstream: {url: 'https://127.0.0.1', tls: {verify: false}}\n");
         tls::client_context ctx(c->upstreams.front());
         CHECK_FALSE(ctx.verifies());
-        CHECK(SSL_get_verify_mode(ctx.make_ssl(cache).get()) == SSL_VERIFY_NONE);
+        CHECK(SSL_get_verify_mode(ctx.make_ssl(cache, "127.0.0.1").get()) == SSL_VERIFY_NONE);
     }
 }
 

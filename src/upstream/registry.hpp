@@ -1,0 +1,53 @@
+// Every pool of the running config, the gateway's one copy: built at start and at each
+// reload (taking over the servers that stay, with their health), and kept resolved: a
+// server url whose host is a DNS name is resolved again every `resolve_every` of its pool,
+// and the pool's members are replaced when the addresses change.
+//
+// Thread: build() and install() on the thread that loads configs; the re-resolution runs
+// on the io_context given (the gateway's main one). pools() may be read by any thread
+// holding the vector it returned.
+#pragma once
+
+#include "upstream/pool.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+namespace sluice::upstream {
+
+using pool_list = std::vector<std::shared_ptr<pool>>;
+
+class registry {
+public:
+    explicit registry(boost::asio::io_context& ioc) : ioc_(ioc), timer_(ioc) {}
+
+    // The pools of `cfg` in its order, each with its servers resolved now (a blocking
+    // resolution, at start and reload only). A server of a pool of the same name in the
+    // running set is taken over when its url, weight and address are unchanged. Throws
+    // std::runtime_error naming the host when a name does not resolve, unless the running
+    // pool of that name has addresses for it (then those are kept and a warning logged).
+    pool_list build(const std::shared_ptr<const config::config>& cfg) const;
+    // Makes `pools` the running set; the re-resolution follows it.
+    void install(pool_list pools);
+    pool_list pools() const { return pools_; }
+    void stop();
+
+private:
+    void tick();
+    void resolve(const std::shared_ptr<pool>& p);
+
+    boost::asio::io_context& ioc_;
+    boost::asio::steady_timer timer_;
+    pool_list pools_;
+    std::map<const pool*, clock::time_point> due_;  // when each pool is next resolved
+    bool stopped_ = false;
+};
+
+// Whether `host` needs resolving (not an IP literal).
+bool is_name(const std::string& host);
+
+}  // namespace sluice::upstream
