@@ -60,7 +60,7 @@ void warn_if_unverified(const config::config& c) {
         const bool https = std::any_of(u.servers.begin(), u.servers.end(), [](const auto& s) { return s.url.tls; });
         if (https && !u.tls.verify)
             spdlog::warn(
-                "{}: tls.verify is false: the upstream's certificate is not verified, and anyone on the path can "
+                "{}.tls.verify is false: the upstream's certificate is not verified, and anyone on the path can "
                 "read and change its traffic",
                 u.at);
     }

@@ -400,7 +400,8 @@ struct config {
     server_config server;
     admin_config admin;
     // Every pool: the upstream: block first (named "default") when given, then upstreams in
-    // file order. Every route's pool exists; requests no route matches go to "default".
+    // file order; at least one. Every route's pool exists (a route naming none needs "default");
+    // requests no route matches go to "default", or are answered 404 when there is none.
     std::vector<upstream_config> upstreams;
     proxy_config proxy;
     log_config log;

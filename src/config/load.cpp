@@ -21,13 +21,8 @@ void read_config(const node_ref& root, config& out) {
     read_mapping(root, {
                            {"server", [&](const node_ref& v) { read_server(v, out.server); }},
                            {"admin", [&](const node_ref& v) { read_admin(v, out.admin); }},
-                           {"upstream",
-                            [&](const node_ref& v) {
-                                upstream_config pool;
-                                read_upstream(v, pool);
-                                out.upstreams.insert(out.upstreams.begin(), std::move(pool));
-                            },
-                            presence::required},
+                           {"upstream", [&](const node_ref& v) { read_upstream(v, out.upstreams); }},
+                           {"upstreams", [&](const node_ref& v) { read_upstreams(v, out.upstreams); }},
                            {"proxy", [&](const node_ref& v) { read_proxy(v, out.proxy); }},
                            {"log", [&](const node_ref& v) { read_log(v, out.log); }},
                            {"store", [&](const node_ref& v) { read_store(v, out.store); }},
@@ -37,6 +32,7 @@ void read_config(const node_ref& root, config& out) {
                            {"policies", [&](const node_ref& v) { read_policies(v, out.policies); }},
                            {"routes", [&](const node_ref& v) { read_routes(v, out.routes, route_nodes); }},
                        });
+    check_upstreams(root, out, route_nodes);
     check_plans(out);
     check_routes(out, route_nodes);
     check_tls(out);

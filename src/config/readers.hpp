@@ -3,7 +3,7 @@
 //
 // The scalar parsers (scalars.cpp) return a value or the reason it was refused; the typed
 // readers (readers.cpp) turn that reason into a config_error at the value's position; the
-// section readers (sections.cpp, store.cpp, clients.cpp, limits.cpp, routes.cpp) read one
+// section readers (sections.cpp, upstreams.cpp, store.cpp, clients.cpp, limits.cpp, routes.cpp) read one
 // part of the file each; load.cpp reads the whole file and runs the checks across sections.
 #pragma once
 
@@ -197,7 +197,6 @@ std::string read_ca_file(const node_ref& v, std::string& path);  // the PEM text
 // hosts no certificate covers (config::warnings).
 void check_tls(config& c);
 void read_admin(const node_ref& n, admin_config& out);
-void read_upstream(const node_ref& n, upstream_config& out);
 void read_proxy(const node_ref& n, proxy_config& out);
 void read_log(const node_ref& n, log_config& out);
 void read_response(const node_ref& n, response_config& out);
@@ -216,12 +215,21 @@ void read_policies(const node_ref& n, std::vector<policy_config>& out);
 void check_plans(const config& c);
 
 // routes.cpp
-// Where a route names its policy and cost: checked once every policy is known.
+// Where a route names its policy, cost and pool: checked once every policy and pool is known.
 struct route_nodes {
-    std::optional<node_ref> policy, cost, cost_header, max_cost;
+    std::optional<node_ref> route, policy, cost, cost_header, max_cost, upstream;
 };
 void read_routes(const node_ref& n, std::vector<route_config>& out, std::vector<route_nodes>& at);
 void check_routes(const config& c, const std::vector<route_nodes>& at);
+
+// upstreams.cpp
+// The upstream: block, the pool "default", first in `pools`.
+void read_upstream(const node_ref& n, std::vector<upstream_config>& pools);
+// upstreams.<name>, in file order after any pool read before.
+void read_upstreams(const node_ref& n, std::vector<upstream_config>& pools);
+// Once routes are read: some pool exists, each route's pool exists (a route that names
+// none needs the pool "default").
+void check_upstreams(const node_ref& root, const config& c, const std::vector<route_nodes>& at);
 
 // load.cpp
 // The single document of `text`; an empty text is an empty (null) document.

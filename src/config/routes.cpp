@@ -1,5 +1,6 @@
-// routes: what a request matches (path, methods, host), the policy it falls under and what
-// it costs; and, once every policy and plan is read, that each cost fits the tiers it meets.
+// routes: what a request matches (path, methods, host), the policy it falls under, what it
+// costs and the pool it goes to; and, once every policy and plan is read, that each cost fits
+// the tiers it meets (upstreams.cpp checks the pools).
 #include <algorithm>
 #include <array>
 #include <sstream>
@@ -46,6 +47,7 @@ bool is_framing_field(std::string_view name) {
 
 route_config read_route(const node_ref& n, route_nodes& at) {
     route_config r;
+    at.route = n;
     read_mapping(n, {
                         {"match", [&](const node_ref& v) { read_match(v, r); }, presence::required},
                         {"policy",
@@ -60,6 +62,11 @@ route_config read_route(const node_ref& n, route_nodes& at) {
                              at.cost = v;
                          }},
                         {"name", [&](const node_ref& v) { r.name = read_string(v); }},
+                        {"upstream",
+                         [&](const node_ref& v) {
+                             r.upstream = read_string(v);
+                             at.upstream = v;
+                         }},
                         {"cost_header",
                          [&](const node_ref& v) {
                              r.cost_header = read_checked(v, is_token, bad_header_name);

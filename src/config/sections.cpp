@@ -1,4 +1,4 @@
-// The small sections: server, admin, upstream, proxy, log, response.
+// The small sections: server, admin, proxy, log, response.
 #include <limits>
 
 #include "config/readers.hpp"
@@ -21,34 +21,6 @@ proxy_protocol_config read_proxy_protocol(const node_ref& n) {
            });
     return out;
 }
-
-// upstream.tls. A file's contents are checked where the TLS context is built: its position
-// goes with it.
-upstream_tls_config read_upstream_tls(const node_ref& n) {
-    upstream_tls_config tls;
-    auto file = [](std::string& path, std::string& at) {
-        return [&](const node_ref& v) {
-            path = read_readable_file(v);
-            at = v.where();
-        };
-    };
-    read_mapping(n, {
-                        {"ca_file", file(tls.ca_file, tls.ca_file_at)},
-                        {"server_name", [&](const node_ref& v) { tls.server_name = read_string(v); }},
-                        {"cert_file", file(tls.cert_file, tls.cert_file_at)},
-                        {"key_file", file(tls.key_file, tls.key_file_at)},
-                        {"verify", [&](const node_ref& v) { tls.verify = schema::read_bool(v); }},
-                    });
-    if (tls.cert_file.empty() != tls.key_file.empty()) {
-        const char* missing = tls.cert_file.empty() ? "cert_file" : "key_file";
-        n.fail_at(n.mark(), n.path_of(missing), "required with a client certificate (give cert_file and key_file)");
-    }
-    return tls;
-}
-
-}  // namespace
-
-namespace {
 
 // server.listen (an address, or off) is taken at start only.
 bool keep_plain_listener(config& next, const config& running) {
@@ -102,32 +74,6 @@ void read_admin(const node_ref& n, admin_config& out) {
                         {"listen", [&](const node_ref& v) { out.listen = read_address(v); }, presence::optional,
                          restart_only<&config::admin, &admin_config::listen>},
                     });
-}
-
-void read_upstream(const node_ref& n, upstream_config& out) {
-    std::optional<node_ref> tls;
-    out.name = "default";
-    out.at = n.where();
-    read_mapping(
-        n, {
-               {"url",
-                [&](const node_ref& v) {
-                    out.url = read_upstream_url(v);
-                    out.servers = {{out.url, 1, v.where()}};
-                },
-                presence::required},
-               {"connect_timeout", [&](const node_ref& v) { out.connect_timeout = read_duration(v, zero::refused); }},
-               {"timeout", [&](const node_ref& v) { out.timeout = read_duration(v, zero::refused); }},
-               {"max_idle_per_worker",
-                [&](const node_ref& v) { out.max_idle_per_worker = schema::read_uint_as<std::size_t>(v, 0, 100'000); },
-                presence::optional},
-               {"tls",
-                [&](const node_ref& v) {
-                    out.tls = read_upstream_tls(v);
-                    tls = v;
-                }},
-           });
-    if (tls && !out.url.tls) tls->fail_at_key(tls_needs_https);
 }
 
 void read_proxy(const node_ref& n, proxy_config& out) {

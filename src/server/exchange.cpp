@@ -114,9 +114,13 @@ awaitable<after> session::exchange() {
     const bool idempotent = proxy::is_idempotent(head_.method) && p.is_done();
     std::array<const upstream::slot*, 12> tried{};
     std::size_t tries = 0;
+    std::optional<failure> last;  // the failure of the attempt before, to be tried elsewhere
     bool stale_retried = false;
     for (;;) {
-        auto s = co_await connect_upstream(hash, std::span(tried.data(), tries));
+        auto next = lane_->pick(hash, std::span(tried.data(), tries));
+        if (!next) co_return co_await respond(last ? *last : fail::no_upstream);
+        if (last && !may_retry()) co_return co_await respond(*last);
+        auto s = co_await connect_upstream(std::move(next));
         if (!s.failed) {
             const bool replayable = idempotent && !stale_retried && up_->reused;
             s = co_await send_request(framing, size, replayable, idempotent);
@@ -129,17 +133,15 @@ awaitable<after> session::exchange() {
             stale_retried = true;
             continue;
         }
-        if (s.elsewhere && failed_on && tries < tried.size() && may_retry(tries)) {
-            tried[tries++] = failed_on;
-            continue;
-        }
-        co_return co_await respond(*s.failed);
+        if (!s.elsewhere || tries >= std::min<std::size_t>(lane_->owner().cfg().retries, tried.size()))
+            co_return co_await respond(*s.failed);
+        tried[tries++] = failed_on;
+        last = s.failed;
     }
     co_return co_await relay_response();
 }
 
-bool session::may_retry(std::size_t tries) {
-    if (tries >= lane_->owner().cfg().retries) return false;
+bool session::may_retry() {
     if (lane_->take_retry(clock::now())) return true;
     // metrics: the retry budget refused one (the metrics helper counts it)
     return false;
@@ -191,9 +193,8 @@ awaitable<std::optional<http::failure>> session::read_body_ahead(body_framing& f
     co_return std::nullopt;
 }
 
-awaitable<session::step> session::connect_upstream(std::uint64_t hash, std::span<const upstream::slot* const> tried) {
-    slot_ = lane_->pick(hash, tried);
-    if (!slot_) co_return step{fail::no_upstream};
+awaitable<session::step> session::connect_upstream(std::shared_ptr<upstream::slot> to) {
+    slot_ = std::move(to);
     ++slot_->in_flight;
     slot_->counters.in_flight.add();
     slot_->counters.requests.add();

@@ -30,7 +30,6 @@
 
 #include <memory>
 #include <optional>
-#include <span>
 
 namespace sluice::server {
 
@@ -134,12 +133,12 @@ private:
     // exchange.cpp: the upstream exchange
     boost::asio::awaitable<after> exchange();
     boost::asio::awaitable<std::optional<failure>> read_body_ahead(proxy::body_framing& framing, std::uint64_t& length);
-    boost::asio::awaitable<step> connect_upstream(std::uint64_t hash, std::span<const upstream::slot* const> tried);
+    boost::asio::awaitable<step> connect_upstream(std::shared_ptr<upstream::slot> to);
     boost::asio::awaitable<step> send_request(proxy::body_framing framing, std::uint64_t length, bool replayable,
                                               bool idempotent);
     boost::asio::awaitable<step> read_response_head(bool replayable, bool idempotent);
-    // Whether a failed attempt may go to another server: retries left, and the budget.
-    bool may_retry(std::size_t tried);
+    // Whether the retry budget lets a failed attempt go to another server (counting it).
+    bool may_retry();
     // Passive health: the attempt on the held server failed, or answered.
     void server_failed();
     void server_answered(unsigned status);

@@ -57,7 +57,13 @@ TEST_CASE("schema_keys: every key once, list items as [] and names the user choo
                             "policies.<name>.ip[].lease",
                             "policies.<name>.user[].window_offset",
                             "routes[].match.path_prefix",
-                            "routes[].max_cost"}) {
+                            "routes[].max_cost",
+                            "routes[].upstream",
+                            "upstream.url",
+                            "upstream.servers[].weight",
+                            "upstreams.<name>.servers[].url",
+                            "upstreams.<name>.health.passive.eject_for",
+                            "upstreams.<name>.queue.timeout"}) {
         CHECK_MESSAGE(has(keys, key), key);
     }
     CHECK(std::set<std::string>(keys.begin(), keys.end()).size() == keys.size());
@@ -120,7 +126,8 @@ store: { type: redis, on_error: deny, redis: { timeout: 30ms } }
 // docs/configuration.md is the reference: its key tables ("| `dotted.key` | default | meaning |")
 // name every key the loader reads (a mapping may be documented through its keys alone), and
 // no key the loader would refuse. Tier keys are documented once, under policies.<name>.ip[]:
-// user tiers and a plan's tiers take the same keys.
+// user tiers and a plan's tiers take the same keys. Pool keys likewise, under
+// upstreams.<name>: the upstream: block is a pool too.
 TEST_CASE("docs/configuration.md documents every key of the schema, and no other") {
     std::ifstream in(SLUICE_TEST_DIR "/../docs/configuration.md");
     REQUIRE(in);
@@ -138,6 +145,7 @@ TEST_CASE("docs/configuration.md documents every key of the schema, and no other
         for (const std::string tiers : {"policies.<name>.user[]", "plans.<name>.user[]"}) {
             if (key.rfind(tiers, 0) == 0) key = "policies.<name>.ip[]" + key.substr(tiers.size());
         }
+        if (key.rfind("upstream.", 0) == 0) key = "upstreams.<name>." + key.substr(9);
         return key;
     };
     std::set<std::string> known;

@@ -64,8 +64,8 @@ struct rig {
                 "routes: [ { match: { path_prefix: / }, policy: p } ]\n",
             "limit_step.yaml");
         auto snap = std::make_shared<const sluice::server::snapshot>(cfg, metrics);
-        w = std::make_unique<sluice::server::worker>(snap, metrics.worker(0), std::vector<asio::ip::tcp::endpoint>{},
-                                                     open, 100, store, sluice::identity::hasher(""));
+        w = std::make_unique<sluice::server::worker>(snap, metrics.worker(0), open, 100, store,
+                                                     sluice::identity::hasher(""));
         limited.limits = &snap->policies.at(0);
     }
 

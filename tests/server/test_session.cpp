@@ -51,10 +51,16 @@ struct rig {
                 yaml,
             "session.yaml");
         auto snap = std::make_shared<const sluice::server::snapshot>(cfg, metrics);
-        w = std::make_unique<sluice::server::worker>(snap, metrics.worker(0), std::vector<tcp::endpoint>{}, open, 100,
-                                                     store, sluice::identity::hasher(""));
+        w = std::make_unique<sluice::server::worker>(snap, metrics.worker(0), open, 100, store,
+                                                     sluice::identity::hasher(""));
         upstream.emplace(w->ioc, loopback);
-        w->upstream_endpoints = {upstream->local_endpoint()};
+        // The pool's one server is the acceptor the test plays the upstream on.
+        const auto& pool_cfg = cfg->upstreams.front();
+        auto pool = std::make_shared<sluice::upstream::pool>(cfg, pool_cfg);
+        pool->publish(sluice::upstream::make_members(
+            {std::make_shared<sluice::upstream::server>(pool_cfg.servers.front(), upstream->local_endpoint())}));
+        w->set_snapshot(
+            std::make_shared<const sluice::server::snapshot>(cfg, metrics, sluice::upstream::pool_list{pool}));
         w->acceptor.open(loopback.protocol());
         w->acceptor.bind(loopback);
         w->acceptor.listen();
