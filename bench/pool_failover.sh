@@ -61,10 +61,26 @@ for name in $PROXIES; do
   fi
 done
 
+# proxy_saw NAME ADMIN_PORT -> the upstream failures the proxy itself recorded in the run, as
+# "what:count ...": Sluice's sluice_upstream_errors_total by kind (admin /metrics), nginx's
+# error log lines by message (connect() failed, recv() failed ...); "-" for HAProxy (no log)
+proxy_saw() {
+  case $1 in
+    sluice*)
+      http_get "http://127.0.0.1:$2/metrics" |
+        awk '/^sluice_upstream_errors_total\{/ && $NF > 0 { k = $1; sub(/.*kind="/, "", k); sub(/".*/, "", k); printf "%s%s:%d", (n++ ? " " : ""), k, $NF }
+             END { if (!n) printf "none" }' ;;
+    nginx*)
+      awk '/\[(error|warn)\]/ { m = $0; sub(/^.*: \*[0-9]+ /, "", m); sub(/ while .*/, "", m); sub(/ \(.*/, "", m); gsub(/ /, "_", m); c[m]++ }
+           END { for (m in c) printf "%s%s:%d", (n++ ? " " : ""), m, c[m]; if (!n) printf "none" }' "$WORK/$1/error.log" ;;
+    *) printf -- - ;;
+  esac
+}
+
 # failover_run RUN NAME TSV: a fresh pool and proxy, the spread check, the warm-up, then the
 # measured run with the kill; appends a row to TSV and prints it
 failover_run() {
-  local run=$1 name=$2 tsv=$3 port admin victims pid killer out rps req non sock cpu errs statuses
+  local run=$1 name=$2 tsv=$3 port admin victims pid killer out rps req non sock cpu errs statuses saw
   start_pool
   read -r port admin <<<"$(free_ports 2)"
   "start_contender_${name//-/_}" "$port" "$admin"
@@ -93,9 +109,10 @@ failover_run() {
   cpu=$(awk -v t="$CPU_TICKS" -v c="$(getconf CLK_TCK)" -v q="$req" 'BEGIN { printf "%.2f", t / c * 1e6 / q }')
   errs=$(awk '/Socket errors:/ { gsub(",", ""); print $4, $6, $8, $10; f = 1 } END { if (!f) print 0, 0, 0, 0 }' "$out")
   statuses=$(awk '$1 == "status" { printf "%s%s:%s", (n++ ? " " : ""), $2, $3 }' "$out")
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$run" "$name" "$req" "$rps" "$cpu" "$non" "$sock" "${errs// /$'\t'}" "$statuses" >>"$tsv"
-  say "$(printf '  %d %-14s %9d %9.0f %7s %7d %7d  (connect read write timeout: %s)  statuses: %s' \
-    "$run" "$name" "$req" "$rps" "$cpu" "$non" "$sock" "$errs" "$statuses")"
+  saw=$(proxy_saw "$name" "$admin")
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$run" "$name" "$req" "$rps" "$cpu" "$non" "$sock" "${errs// /$'\t'}" "$statuses" "$saw" >>"$tsv"
+  say "$(printf '  %d %-14s %9d %9.0f %7s %7d %7d  (connect read write timeout: %s)  statuses: %s  proxy saw: %s' \
+    "$run" "$name" "$req" "$rps" "$cpu" "$non" "$sock" "$errs" "$statuses" "$saw")"
 
   stop_pids "${C_PID[$name]}" "$killer" "${POOL_PIDS[@]}"
 }
@@ -103,7 +120,7 @@ failover_run() {
 main() {
   bench_setup
   local tsv="$WORK/failover.tsv" r k name names
-  printf '#run\tproxy\trequests\trps\tcpu_us_per_req\tnon2xx\tsockerr\tconnect\tread\twrite\ttimeout\tstatuses\n' >"$tsv"
+  printf '#run\tproxy\trequests\trps\tcpu_us_per_req\tnon2xx\tsockerr\tconnect\tread\twrite\ttimeout\tstatuses\tproxy_saw\n' >"$tsv"
   printf '%s\n' "$STATUS_LUA" >"$WORK/status.lua"
   read -ra names <<<"$PROXIES"
   say "Sluice pool failover  $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -129,7 +146,8 @@ for line in open(sys.argv[1]):
     if line.startswith("#"): continue
     f = line.rstrip("\n").split("\t")
     rows[f[1]].append(dict(req=int(f[2]), rps=float(f[3]), cpu=float(f[4]), non=int(f[5]), sock=int(f[6]),
-                           kinds=list(map(int, f[7:11])), st=f[11] if len(f) > 11 else ""))
+                           kinds=list(map(int, f[7:11])), st=f[11] if len(f) > 11 else "",
+                           saw=f[12] if len(f) > 12 else "-"))
 print("errors seen by clients after one of 3 servers was killed (medians over runs; all runs in brackets):")
 hdr = f"{'proxy':<14} | {'requests':>9} | {'req/s':>7} | {'non-2xx':>14} | {'socket errors':>14} | errors per 10^6 requests | statuses (all runs)"
 print(hdr); print("-" * len(hdr))
@@ -145,9 +163,15 @@ for n in sys.argv[2].split():
         for kv in r["st"].split():
             c, _, v = kv.partition(":"); st[c] += int(v)
     kinds = [sum(r["kinds"][i] for r in rs) for i in range(4)]
+    saw = collections.Counter()
+    for r in rs:
+        for kv in r["saw"].split():
+            c, _, v = kv.partition(":")
+            if v: saw[c] += int(v)
     print(f"{n:<14} | {med('req'):>9.0f} | {med('rps'):>7.0f} | {non:>14} | {sock:>14} | {ppm:>24.1f} | "
           + " ".join(f"{c}:{v}" for c, v in sorted(st.items()))
           + f"; socket errors connect/read/write/timeout {'/'.join(map(str, kinds))}")
+    if saw: print(f"{'':<14}   the proxy saw (all runs): " + " ".join(f"{c}:{v}" for c, v in sorted(saw.items())))
 EOF
 )"
   mkdir -p "$RESULTS_DIR"
