@@ -72,7 +72,6 @@ PIN=${PIN:-0}                   # 1: proxy on CPU 0, upstream + wrk on the other
 SLUICE_BIN=${SLUICE_BIN:-build/sluice}
 RATIOS=${RATIOS:-$DEFAULT_RATIOS}     # "a:b ...": ratios printed when both ran
 LIMIT_HEADERS=${LIMIT_HEADERS:-ietf}  # Sluice limit contenders: response.headers (ietf|legacy|both|none)
-HASH_SECRET=bench-only-hash-secret    # SLUICE_HASH_SECRET for every Sluice (keyed hashing, as in production)
 WRK_TIMEOUT=${WRK_TIMEOUT:-2s}
 READY_TIMEOUT=${READY_TIMEOUT:-10}   # seconds to wait for a server to come up
 KEEP_TMP=${KEEP_TMP:-0}
@@ -83,53 +82,8 @@ HANDSHAKE_TIME=${HANDSHAKE_TIME:-3}        # TLS contenders: seconds of each ope
 S_TIME_PROCS=${S_TIME_PROCS:-2}            # TLS contenders: s_time clients at once
 NODE_PEER_DIR="$SCRIPT_DIR/node-peer"
 RESULTS_DIR="$SCRIPT_DIR/results"
-UPSTREAM_BODY="hello from upstream"
 
 # ---------------------------------------------------------------- measuring
-parse_wrk() {  # parse_wrk FILE -> "rps p50_ms p99_ms requests non2xx sockerr"
-  awk '
-    function ms(v,  n, u) { n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
-      if (u == "us") return n / 1000; if (u == "ms") return n; if (u == "s") return n * 1000
-      if (u == "m") return n * 60000; if (u == "h") return n * 3600000; return n }
-    /^ *50% /                     { p50 = ms($2) }
-    /^ *99% /                     { p99 = ms($2) }
-    / requests in /               { req = $1 }
-    /^Requests\/sec:/             { rps = $2 }
-    /Socket errors:/              { gsub(",", ""); sock = $4 + $6 + $8 + $10 }
-    /Non-2xx or 3xx responses:/   { non = $NF }
-    END { printf "%s %.3f %.3f %d %d %d\n", (rps == "" ? 0 : rps), p50, p99, req, non, sock }' "$1"
-}
-
-# Counts responses by status in wrk's Lua (uncounted warm-up only: a response() callback
-# costs wrk about a third of its throughput here). Prints "status CODE COUNT" lines.
-STATUS_LUA='local threads = {}
-function setup(thread) table.insert(threads, thread) end
-function init(args) statuses = {} end
-function response(status, headers, body) statuses[status] = (statuses[status] or 0) + 1 end
-function done(summary, latency, requests)
-  local total = {}
-  for _, t in ipairs(threads) do
-    for code, n in pairs(t:get("statuses")) do total[code] = (total[code] or 0) + n end
-  end
-  for code, n in pairs(total) do io.write(string.format("status %d %d\n", code, n)) end
-end'
-
-run_wrk() {  # run_wrk NAME DURATION OUTFILE [WRK_ARGS...] -> sets CPU_TICKS (CPU used by the contender during the run)
-  local name=$1 dur=$2 out=$3 pid=${C_PID[$1]} t0 t1
-  local url; url=$(contender_url "$1")
-  shift 3
-  t0=$(cpu_ticks "$pid")
-  pin_prefix other
-  # in the background + wait, so that a signal interrupts the run at once
-  "${PIN_CMD[@]}" wrk --latency -t "$THREADS" -c "$CONNECTIONS" -d "$dur" --timeout "$WRK_TIMEOUT" "$@" "$url" >"$out" 2>&1 </dev/null &
-  WRK_PID=$!
-  wait "$WRK_PID"
-  WRK_PID=""
-  t1=$(cpu_ticks "$pid")
-  kill -0 "$pid" 2>/dev/null || { show_log "$name"; die "$name died during the run"; }
-  CPU_TICKS=$((t1 - t0))
-}
-
 # New TLS connections per second: S_TIME_PROCS openssl s_time clients at once, each making
 # connections one after another for HANDSHAKE_TIME seconds, each connection a handshake and
 # one request (GET / HTTP/1.0, read to the close). -new: every handshake full; -reuse: every
@@ -204,15 +158,7 @@ main() {
   for name in $CONTENDERS; do
     known_contender "$name" || die "unknown contender '$name' (no $SCRIPT_DIR/contenders/$name.sh)"
   done
-  [ "$(id -u)" = 0 ] || log "warning: not root; installing packages will fail if any are missing"
-  ensure_packages
-  ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-  NOFILE=$(ulimit -n); [ "$NOFILE" = unlimited ] && NOFILE=65536
-  MAXCONN=$(((NOFILE - 200) / 2)); [ $MAXCONN -gt 20000 ] && MAXCONN=20000
-
-  WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX) || die "mktemp failed"
-  chmod 755 "$WORK"            # nginx workers run as an unprivileged user
-  REPORT="$WORK/report.txt"; : >"$REPORT"
+  bench_setup
   local tsv="$WORK/runs.tsv"
   printf '#round\tproxy\trps\tp50_ms\tp99_ms\trequests\tnon2xx\tsockerr\tcpu_ticks\tcpu_us_per_req\tredis_ticks\tredis_cmds\tsluice_redis_cmds\tsluice_redis_writes\tsluice_redis_errors\ttls_new_per_s\ttls_new_cpu_us\ttls_reuse_per_s\ttls_reuse_cpu_us\ttls_resumed_pct\n' >"$tsv"
 
@@ -240,6 +186,7 @@ main() {
   for name in "${names[@]}"; do
     needs "$name" redis && need_redis "$name"
     needs "$name" cluster && need_cluster "$name"
+    needs "$name" pool && need_pool
     "start_contender_${name//-/_}" "${ports[$i]}" "${ports[$((i + 1))]}"
     i=$((i + 2))
   done

@@ -1,13 +1,16 @@
 # shellcheck shell=bash
-# bench/run.sh helpers: output, cleanup of what the bench started, packages, free ports,
-# waiting for a server, HTTP checks, CPU pinning, background start, CPU ticks.
-# Sourced by bench/run.sh; uses its settings (READY_TIMEOUT, PIN, KEEP_TMP, ...).
+# bench/run.sh helpers: output, set-up and cleanup of what the bench started, packages, free
+# ports, waiting for a server, HTTP checks, CPU pinning, background start, CPU ticks, wrk runs.
+# Sourced by bench/run.sh and bench/pool_failover.sh; uses their settings (READY_TIMEOUT, PIN,
+# KEEP_TMP, THREADS, CONNECTIONS, WRK_TIMEOUT, ...).
 
 WORK=""                  # temp dir: configs, logs, wrk output (set by main)
 NOFILE=1024 MAXCONN=400  # open-files limit and per-server connection cap (set by main)
 STARTED_PIDS=()          # every process this script started (by PID)
 REPORT=""                # the report file, a copy of what say printed
 WRK_PID=""               # the running wrk, if any
+UPSTREAM_BODY="hello from upstream"    # what every upstream answers
+HASH_SECRET=bench-only-hash-secret     # SLUICE_HASH_SECRET for every Sluice (keyed hashing, as in production)
 
 say() {  # print and record in the report
   printf '%s\n' "$*"
@@ -17,27 +20,50 @@ say() {  # print and record in the report
 log() { printf '[bench] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
+# bench_setup: packages, the open-files limit (NOFILE, MAXCONN), the temp dir WORK and the
+# report file in it
+bench_setup() {
+  [ "$(id -u)" = 0 ] || log "warning: not root; installing packages will fail if any are missing"
+  ensure_packages
+  ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  NOFILE=$(ulimit -n); [ "$NOFILE" = unlimited ] && NOFILE=65536
+  MAXCONN=$(((NOFILE - 200) / 2)); [ $MAXCONN -gt 20000 ] && MAXCONN=20000
+  WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX) || die "mktemp failed"
+  chmod 755 "$WORK"            # nginx workers run as an unprivileged user
+  REPORT="$WORK/report.txt"; : >"$REPORT"
+}
+
 cleanup() {
-  local rc=$? pid kids=() i
+  local rc=$?
   trap - EXIT INT TERM
   [ -n "${WRK_PID:-}" ] && kill -TERM "$WRK_PID" 2>/dev/null
-  # children of our processes (e.g. nginx workers) so nothing survives a forced kill
-  for pid in "${STARTED_PIDS[@]}"; do
-    kill -0 "$pid" 2>/dev/null && mapfile -t -O "${#kids[@]}" kids < <(pgrep -P "$pid" 2>/dev/null)
-  done
-  for pid in "${STARTED_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-  for i in $(seq 1 50); do   # up to 5 s for a graceful exit
-    local alive=0
-    for pid in "${STARTED_PIDS[@]}" "${kids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-    [ $alive = 0 ] && break
-    sleep 0.1
-  done
-  for pid in "${STARTED_PIDS[@]}" "${kids[@]}"; do kill -KILL "$pid" 2>/dev/null; done
-  for pid in "${STARTED_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+  stop_pids "${STARTED_PIDS[@]}"
   if [ -n "$WORK" ] && [ -d "$WORK" ]; then
     if [ "$KEEP_TMP" = 1 ] || [ $rc -ne 0 ]; then log "temp dir kept: $WORK"; else rm -rf "$WORK"; fi
   fi
   exit $rc
+}
+
+# stop_pids PID...: ends processes this script started (and their children, e.g. nginx
+# workers, so nothing survives a forced kill): SIGTERM, up to 5 s for a graceful exit, then
+# SIGKILL; reaps them and drops them from STARTED_PIDS
+stop_pids() {
+  local pid kids=() i alive keep=()
+  for pid in "$@"; do
+    kill -0 "$pid" 2>/dev/null && mapfile -t -O "${#kids[@]}" kids < <(pgrep -P "$pid" 2>/dev/null || true)
+  done
+  for pid in "$@"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for i in $(seq 1 50); do
+    alive=0
+    for pid in "$@" "${kids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
+  done
+  for pid in "$@" "${kids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "$@"; do wait "$pid" 2>/dev/null || true; done
+  for pid in "${STARTED_PIDS[@]}"; do [[ " $* " == *" $pid "* ]] || keep+=("$pid"); done
+  STARTED_PIDS=("${keep[@]}")
+  return 0
 }
 
 # install nginx, haproxy, wrk (and what the chosen contenders need: redis-server and
@@ -185,4 +211,50 @@ cpu_ticks() {
     total=$((total + ${12} + ${13}))
   done
   echo $total
+}
+
+# ---------------------------------------------------------------- measuring
+parse_wrk() {  # parse_wrk FILE -> "rps p50_ms p99_ms requests non2xx sockerr"
+  awk '
+    function ms(v,  n, u) { n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
+      if (u == "us") return n / 1000; if (u == "ms") return n; if (u == "s") return n * 1000
+      if (u == "m") return n * 60000; if (u == "h") return n * 3600000; return n }
+    /^ *50% /                     { p50 = ms($2) }
+    /^ *99% /                     { p99 = ms($2) }
+    / requests in /               { req = $1 }
+    /^Requests\/sec:/             { rps = $2 }
+    /Socket errors:/              { gsub(",", ""); sock = $4 + $6 + $8 + $10 }
+    /Non-2xx or 3xx responses:/   { non = $NF }
+    END { printf "%s %.3f %.3f %d %d %d\n", (rps == "" ? 0 : rps), p50, p99, req, non, sock }' "$1"
+}
+
+# Counts responses by status in wrk's Lua (run.sh: in the uncounted warm-up only, as a
+# response() callback costs wrk about a third of its throughput here; pool_failover.sh: in
+# its kill runs, whose statuses matter more than their rate). Prints "status CODE COUNT" lines.
+STATUS_LUA='local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function init(args) statuses = {} end
+function response(status, headers, body) statuses[status] = (statuses[status] or 0) + 1 end
+function done(summary, latency, requests)
+  local total = {}
+  for _, t in ipairs(threads) do
+    for code, n in pairs(t:get("statuses")) do total[code] = (total[code] or 0) + n end
+  end
+  for code, n in pairs(total) do io.write(string.format("status %d %d\n", code, n)) end
+end'
+
+run_wrk() {  # run_wrk NAME DURATION OUTFILE [WRK_ARGS...] -> sets CPU_TICKS (CPU used by the contender during the run)
+  local name=$1 dur=$2 out=$3 pid=${C_PID[$1]} t0 t1
+  local url; url=$(contender_url "$1")
+  shift 3
+  t0=$(cpu_ticks "$pid")
+  pin_prefix other
+  # in the background + wait, so that a signal interrupts the run at once
+  "${PIN_CMD[@]}" wrk --latency -t "$THREADS" -c "$CONNECTIONS" -d "$dur" --timeout "$WRK_TIMEOUT" "$@" "$url" >"$out" 2>&1 </dev/null &
+  WRK_PID=$!
+  wait "$WRK_PID"
+  WRK_PID=""
+  t1=$(cpu_ticks "$pid")
+  kill -0 "$pid" 2>/dev/null || { show_log "$name"; die "$name died during the run"; }
+  CPU_TICKS=$((t1 - t0))
 }

@@ -2,13 +2,15 @@
 # The contenders: declared by the files bench/contenders/NAME.sh, registered when started.
 #
 # A contender file holds one declaration and one start function:
-#   contender NAME [expect=200|200,429] [needs="redis cluster node"] [default=RANK] [ratios="A:B ..."]
+#   contender NAME [expect=200|200,429] [needs="redis cluster node pool"] [default=RANK] [ratios="A:B ..."]
 #   start_contender_NAME() { ... add_contender NAME PID PORT ... }   (dashes in NAME -> _)
 # expect   statuses it answers: 200 (every response 200 with the upstream body, the default)
 #          or 200,429 (a rate-limited contender: its 429s are expected, not errors)
 # needs    redis: the bench's redis-server, started (once) before its start function, whose
 #          CPU and commands are measured during its runs ($REDIS_PORT); cluster: likewise a
-#          3-primary Redis Cluster ($CLUSTER_NODES); node: nodejs and npm installed
+#          3-primary Redis Cluster ($CLUSTER_NODES); node: nodejs and npm installed; pool:
+#          POOL_SIZE (3) upstreams like the common one, started (once) before its start
+#          function ($POOL_PORTS, pool_backends)
 # default  its place in DEFAULT_CONTENDERS (ascending); without it, it runs only when
 #          named in CONTENDERS
 # ratios   pairs it adds to the default RATIOS (in DEFAULT_CONTENDERS order)
@@ -30,7 +32,7 @@ contender() {  # contender NAME [KEY=VALUE...]: the declaration in a contender f
       expect)  [[ $value == 200 || $value == 200,429 ]] || die "$name: expect=$value (200 or 200,429)"
                DECL_EXPECT[$name]=$value ;;
       needs)   for v in $value; do
-                 case $v in redis | cluster | node) ;; *) die "$name: needs '$v' (redis, cluster, node)" ;; esac
+                 case $v in redis | cluster | node | pool) ;; *) die "$name: needs '$v' (redis, cluster, node, pool)" ;; esac
                done
                DECL_NEEDS[$name]=$value ;;
       default) [[ $value =~ ^[0-9]+$ ]] || die "$name: default=$value (a number)"
