@@ -196,6 +196,7 @@ struct upstream_config {
     unsigned retries = 1;                // other servers tried after a failure that is safe to retry
     unsigned retry_budget_percent = 20;  // retries, as a share of the pool's requests over 10 s
     std::int64_t max_in_flight = 0;      // requests in flight to the pool, fleet-wide on Redis; 0 = no cap
+    duration max_in_flight_lease = std::chrono::seconds(30);  // each slot's lease, as a concurrency tier's
     upstream_queue_config queue;
     std::string at;  // "FILE:LINE:COLUMN: upstreams.api"
 

@@ -199,7 +199,15 @@ upstream_config read_pool(const node_ref& n, const std::string& name) {
                {"retries", [&](const node_ref& v) { out.retries = schema::read_uint_as(v, 0u, 10u); }},
                {"retry_budget", [&](const node_ref& v) { out.retry_budget_percent = read_percentage(v); }},
                {"max_in_flight",
-                [&](const node_ref& v) { out.max_in_flight = schema::read_uint_as<std::int64_t>(v, 0, 1'000'000); }},
+                // A concurrency tier's bound: every request in flight is one entry in the pool's state.
+                [&](const node_ref& v) { out.max_in_flight = schema::read_uint_as<std::int64_t>(v, 0, 1000); }},
+               {"max_in_flight_lease",
+                [&](const node_ref& v) {
+                    out.max_in_flight_lease = read_duration(v, zero::refused);
+                    if (out.max_in_flight_lease < std::chrono::seconds(3) ||
+                        out.max_in_flight_lease > std::chrono::hours(1))
+                        v.fail(bad_lease);
+                }},
                {"queue", [&](const node_ref& v) { out.queue = read_queue(v, queue_size); }},
            });
     if (!url && !servers) n.fail_at(n.mark(), n.path_of("url"), "required key is missing (give url or servers)");

@@ -92,7 +92,7 @@ void registry::reloaded(bool ok) { reloads_->Add({{"result", ok ? "ok" : "error"
 
 std::size_t registry::slot(std::string_view kind, const std::string& name) {
     std::lock_guard lock(names_mu_);
-    auto& names = kind == "route" ? routes_ : policies_;
+    auto& names = kind == "route" ? routes_ : kind == "upstream" ? upstreams_ : policies_;
     for (std::size_t i = 0; i < names.size(); ++i)
         if (names[i] == name) return i;
     if (names.size() + 1 >= max_slots) {
@@ -392,6 +392,24 @@ std::string registry::scrape() const {
         expiry.metric.push_back(std::move(g));
     }
     out.push_back(std::move(expiry));
+    auto busy = family("sluice_upstream_busy_total",
+                       "Requests answered 503 upstream_busy: their pool had max_in_flight requests in flight "
+                       "(at once, or after waiting queue.timeout), by pool.",
+                       MetricType::Counter);
+    auto queued = family("sluice_upstream_queued_total",
+                         "Requests that waited in their pool's queue for a slot under max_in_flight, by pool.",
+                         MetricType::Counter);
+    for (std::size_t u = 0; u < upstreams_.size(); ++u) {
+        std::uint64_t b = 0, q = 0;
+        for (const auto& s : shards_) {
+            b += s->upstream_busy_[u].get();
+            q += s->upstream_queued_[u].get();
+        }
+        busy.metric.push_back(counter({{"upstream", upstreams_[u]}}, b));
+        queued.metric.push_back(counter({{"upstream", upstreams_[u]}}, q));
+    }
+    out.push_back(std::move(busy));
+    out.push_back(std::move(queued));
     auto idle = family("sluice_upstream_idle_connections", "Idle keep-alive connections to the upstream, pooled now.",
                        MetricType::Gauge);
     idle.metric.push_back(gauge(static_cast<std::int64_t>(total(&shard::idle_upstream_))));

@@ -102,6 +102,10 @@ public:
     // Idle upstream connections: the worker has one pool per upstream server.
     void idle_upstream_added() { idle_upstream_.add(); }
     void idle_upstream_removed(std::size_t n = 1) { idle_upstream_.sub(n); }
+    // A pool's in-flight cap (max_in_flight), by its slot (registry::slot("upstream", name)):
+    // a request answered 503 upstream_busy, or one that waited in the pool's queue.
+    void upstream_busy(std::size_t pool_slot) { upstream_busy_[pool_slot].add(); }
+    void upstream_queued(std::size_t pool_slot) { upstream_queued_[pool_slot].add(); }
     void lease_held() { leases_held_.add(); }
     void lease_ended() { leases_held_.sub(); }
     void proxy_protocol_refused(proxy_refusal r) { proxy_refused_[static_cast<std::size_t>(r)].add(); }
@@ -121,6 +125,7 @@ private:
     cell store_errors_, unauthorized_, forbidden_;
     std::array<cell, static_cast<std::size_t>(upstream_error::count_)> upstream_errors_{};
     cell open_connections_, rejected_connections_, idle_upstream_, leases_held_;
+    std::array<cell, max_slots> upstream_busy_{}, upstream_queued_{};
     std::array<cell, static_cast<std::size_t>(proxy_refusal::count_)> proxy_refused_{};
     std::array<cell, static_cast<std::size_t>(tls_result::count_) * static_cast<std::size_t>(tls_version::count_)>
         handshakes_{};
@@ -153,7 +158,7 @@ class registry {
 public:
     explicit registry(std::size_t workers);
     shard& worker(std::size_t i) { return *shards_[i]; }
-    // The slot for a route or policy name ("route" or "policy"), the same for the same name
+    // The slot for a route, policy or pool name ("route", "policy" or "upstream"), the same for the same name
     // across reloads. Any thread (takes a mutex; call when compiling a config, not per request).
     std::size_t slot(std::string_view kind, const std::string& name);
     // Store figures read at scrape time.
@@ -180,7 +185,7 @@ public:
 private:
     std::vector<std::unique_ptr<shard>> shards_;
     mutable std::mutex names_mu_;
-    std::vector<std::string> routes_, policies_;
+    std::vector<std::string> routes_, policies_, upstreams_;
     std::vector<std::pair<std::string, std::int64_t>> certificates_;  // under names_mu_
     std::function<std::size_t()> keys_held_;
     std::function<std::uint64_t()> evictions_;

@@ -103,6 +103,18 @@ awaitable<after> session::exchange() {
     const std::size_t pool_index = req_.route ? req_.route->upstream : snap_->default_pool;
     if (pool_index >= snap_->pools.size()) co_return co_await respond(fail::no_route);
     const auto& pool = snap_->pools[pool_index];
+    // The pool's max_in_flight: a slot held from here to the end of the answer, all retries included.
+    if (pool->cfg().max_in_flight > 0) {
+        track_.ask_sweep();  // check_client_left(), while the request waits in the pool's queue
+        const auto capped = co_await cap_.take(snap_, pool_index);
+        track_.unask_sweep();
+        switch (capped) {
+            case upstream_cap::result::pass: break;
+            case upstream_cap::result::busy: co_return co_await respond(fail::upstream_busy, "Retry-After: 1\r\n");
+            case upstream_cap::result::store_down: co_return co_await respond(fail::store_down);
+            case upstream_cap::result::left: co_return co_await respond(fail::client_gone);
+        }
+    }
     lane_ = w_.lane_of(pool.get());
     // A reload came since this request began: a lane of its own, without idle connections.
     if (!lane_) lane_ = std::make_shared<upstream::lane>(pool, client_.get_executor(), w_.metrics);
@@ -305,6 +317,7 @@ void session::check_client_left() {
         client_left_ = true;
         error_code ignored;
         if (up_) up_->stream.socket().cancel(ignored);
+        if (cap_.waiting()) cap_.leave();
         return;
     }
     track_.ask_sweep();  // again at the next sweep

@@ -237,6 +237,7 @@ bool session::request_waiting() {
 awaitable<bool> session::serve_one() {
     const after next = co_await phases();
     limits_.release();  // the answer is complete (or failed): its slots are free
+    cap_.release();
     end_request();
     if (next == after::linger) co_await linger();
     if (out_.capacity() > kept_bytes) std::string().swap(out_);
@@ -362,12 +363,12 @@ http::connection session::connection_of(bool keep) const {
 
 // Sends Sluice's own answer. Unless the connection may stay open, it is then closed
 // gracefully: the client gets the answer even while still sending a body we won't read.
-awaitable<after> session::respond(const failure& f) {
+awaitable<after> session::respond(const failure& f, std::string_view extra) {
     req_.status = f.status;
     if (f.status == fail::client_gone.status) co_return after::close;  // no one to tell
     const bool keep = keeps_connection(f) && may_keep_alive();
     out_.clear();
-    http::write_failure(out_, f, connection_of(keep));
+    http::write_failure(out_, f, connection_of(keep), extra);
     co_return co_await send_own_answer(keep);
 }
 

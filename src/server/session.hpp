@@ -21,6 +21,7 @@
 #include "proxy/relay.hpp"
 #include "route/target.hpp"
 #include "server/limit_step.hpp"
+#include "server/upstream_cap.hpp"
 #include "server/worker.hpp"
 #include "tls/stream.hpp"
 
@@ -121,7 +122,8 @@ private:
     bool identify();
     // The route's cost_header ("" = none): read for the charge, never relayed.
     std::string_view cost_header() const { return req_.route ? std::string_view(req_.route->cost_header) : ""; }
-    boost::asio::awaitable<after> respond(const failure& f);
+    // `extra`: header lines ("Name: value\r\n") the answer carries.
+    boost::asio::awaitable<after> respond(const failure& f, std::string_view extra = {});
     boost::asio::awaitable<after> respond_limited();
     boost::asio::awaitable<after> send_own_answer(bool keep);
     boost::asio::awaitable<void> linger();
@@ -157,6 +159,7 @@ private:
     http::tracked_connection& track_;
     proxy::relay relay_{track_};
     limit_step limits_{w_};  // admission, and the concurrency slots of the request being served
+    upstream_cap cap_{w_};   // the slot of its pool's max_in_flight the request being served holds
     request_state req_;
     failure head_failure_ = http::fail::bad_request;
     bool upgrade_ = false;

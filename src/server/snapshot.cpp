@@ -30,6 +30,11 @@ snapshot::snapshot(std::shared_ptr<const config::config> c, metrics::registry& m
     for (const auto& u : cfg->upstreams) {
         const bool https = std::any_of(u.servers.begin(), u.servers.end(), [](const auto& s) { return s.url.tls; });
         upstream_tls.push_back(https ? std::make_shared<const tls::client_context>(u) : nullptr);
+        // One counter per pool identifier whatever N or the lease: a reload keeps the slots held.
+        config::tier_config t{"upstream", u.max_in_flight, u.max_in_flight_lease, config::algorithm::concurrency};
+        auto& cap = pool_caps.emplace_back();
+        cap.tier = limit::tier::from(t, "upstream/concurrency", "upstream-concurrency");
+        if (u.max_in_flight > 0) cap.metric_slot = m.slot("upstream", u.name);
     }
     for (auto& p : policies) p.metric_slot = m.slot("policy", p.name);
     for (auto& r : router.routes()) r.metric_slot = m.slot("route", r.name);

@@ -40,6 +40,13 @@ struct snapshot {
     // Each pool's TLS context, in config order (null for a pool with no https server):
     // built with each snapshot, so that a reload's files apply to new upstream connections.
     std::vector<std::shared_ptr<const tls::client_context>> upstream_tls;
+    // Each pool's in-flight cap (max_in_flight) as a concurrency tier, in config order
+    // (limit 0 for a pool without one), and its metric slot (kind "upstream").
+    struct pool_cap {
+        limit::tier tier;
+        std::size_t metric_slot = 0;
+    };
+    std::vector<pool_cap> pool_caps;
 };
 
 }  // namespace sluice::server

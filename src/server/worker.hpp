@@ -14,6 +14,7 @@
 #include "server/access_log.hpp"
 #include "server/lease.hpp"
 #include "server/snapshot.hpp"
+#include "server/upstream_cap.hpp"
 #include "upstream/lane.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -52,6 +53,7 @@ struct worker {
     // The pools of the current snapshot as this worker runs them, in its order. A request
     // holds its lane (shared_ptr): one a reload dropped lives until its last request ends.
     std::vector<std::shared_ptr<upstream::lane>> lanes;
+    cap_queues caps;  // the requests waiting for a slot of a pool's max_in_flight, by pool
     boost::asio::ip::tcp::acceptor acceptor{ioc};
     boost::asio::ip::tcp::acceptor tls_acceptor{ioc};  // server.tls.listen; closed without
     std::size_t handshakes = 0;                        // TLS handshakes under way (server.tls.max_handshakes)

@@ -121,7 +121,8 @@ TEST_CASE("upstreams: pools in file order after the upstream: block, every key r
     CHECK(api.slow_start == 30s);
     CHECK(api.retries == 0);
     CHECK(api.retry_budget_percent == 5);
-    CHECK(api.max_in_flight == 1'000'000);
+    CHECK(api.max_in_flight == 1000);
+    CHECK(api.max_in_flight_lease == 10s);
     CHECK(api.queue.size == 100'000);
     CHECK(api.queue.timeout == 250ms);
 
@@ -270,8 +271,12 @@ TEST_CASE("upstreams: retries, retry_budget, max_in_flight, queue, slow_start, r
         check_pool_error(std::string("url: 'http://a', retry_budget: ") + bad, bad, "upstreams.api.retry_budget",
                          R"(expected a percentage like "20%")");
     }
-    check_pool_error("url: 'http://a', max_in_flight: 1000001", "1000001", "upstreams.api.max_in_flight",
-                     "must be between 0 and 1000000");
+    check_pool_error("url: 'http://a', max_in_flight: 1001", "1001", "upstreams.api.max_in_flight",
+                     "must be between 0 and 1000");
+    CHECK(pool("max_in_flight: 5, max_in_flight_lease: 3s").max_in_flight_lease == 3s);
+    CHECK(pool("max_in_flight: 5").max_in_flight_lease == 30s);
+    check_pool_error("url: 'http://a', max_in_flight_lease: 2s", "2s", "upstreams.api.max_in_flight_lease",
+                     "must be between 3s and 1h");
     check_pool_error("url: 'http://a', queue: {size: 100001}", "100001", "upstreams.api.queue.size",
                      "must be between 0 and 100000");
     check_pool_error("url: 'http://a', queue: {size: 3}", "3}", "upstreams.api.queue.size",
