@@ -306,11 +306,11 @@ awaitable<session::step> session::send_request(body_framing framing, std::uint64
     co_return step{};
 }
 
-// While the upstream's answer is awaited, a client that leaves (end of stream, or an error on
-// its socket) has its request given up, as nginx does by default: the upstream read is
-// cancelled. Asked of the worker's sweep (every tick, at most 100 ms), so that an upstream
-// that answers sooner costs nothing; poll(POLLRDHUP) sees the end even behind a pipelined
-// request's bytes not read yet, where a read (or a peek) would stop at those bytes.
+// While the upstream's answer is awaited (or a slot of the pool's max_in_flight), a client that
+// leaves (end of stream, or an error on its socket) has its request given up, as nginx does by
+// default: the upstream read (or the wait) is cancelled. Asked of the worker's sweep (every tick, at most 100 ms), so
+// that an upstream that answers sooner costs nothing; poll(POLLRDHUP) sees the end even behind a pipelined request's
+// bytes not read yet, where a read (or a peek) would stop at those bytes.
 void session::check_client_left() {
     pollfd p{client_.socket().native_handle(), POLLRDHUP, 0};
     if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
