@@ -141,6 +141,8 @@ private:
     bool may_retry();
     // Passive health: the attempt on the held server failed, or answered.
     void server_failed();
+    // A failed attempt counted by kind, gateway-wide and for the server of `slot_` if any.
+    void upstream_error(metrics::upstream_error e);
     void server_answered(unsigned status);
     std::uint64_t balance_hash() const;
     void check_client_left();
