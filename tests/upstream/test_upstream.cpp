@@ -1,6 +1,6 @@
 // sluice_test_upstream: a small, real HTTP/1.1 origin server for Sluice's end-to-end tests.
 //
-//   sluice_test_upstream [--listen 127.0.0.1:0]
+//   sluice_test_upstream [--listen 127.0.0.1:0] [--name NAME]
 //
 // Prints "listening on HOST:PORT" on stdout once it accepts connections and exits 0 on
 // SIGTERM/SIGINT. One io_context thread; every connection is a C++20 coroutine. Request and
@@ -35,6 +35,12 @@
 //                               the request head is read, never reading the body; then
 //                               half-closes, waits M ms (default 0) and closes (with unread
 //                               input the kernel then sends a reset)
+//   /healthz                   200 "ok", or the status /control?health= set (body "status C")
+//   /control?health=C          /healthz answers C from now on (0: 200 again)
+//   /control?status=C&delay_ms=M   every request but /control, /stats and /healthz answers C
+//                               (body "status C") after M ms from now on (status=0 and
+//                               delay_ms=0: normal again)
+// With --name NAME every response carries "X-Upstream-Name: NAME".
 // A request with "Expect: 100-continue" and a body gets "100 Continue" before its body is read
 // (except on /early).
 // HEAD gets the headers a GET would get (Content-Length included) and no body.
@@ -90,6 +96,14 @@ struct server_stats {
     std::uint64_t bodies_in_progress = 0;
 };
 server_stats g_stats;  // only touched from the single io_context thread
+std::string g_name;    // --name: X-Upstream-Name of every response
+// What /control set (the single io_context thread too).
+struct controls {
+    std::uint64_t health = 0;    // /healthz's status (0: 200)
+    std::uint64_t status = 0;    // every other request's status (0: as usual)
+    std::uint64_t delay_ms = 0;  // and the wait before it
+};
+controls g_control;
 // The /hold requests waiting, by name (the single io_context thread too).
 std::multimap<std::string, asio::steady_timer*, std::less<>> g_held;
 
@@ -211,6 +225,7 @@ std::string reason_for(int status) {
 
 std::string format_head(int status, const header_list& headers) {
     std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason_for(status) + "\r\n";
+    if (!g_name.empty()) out += "X-Upstream-Name: " + g_name + "\r\n";
     for (const auto& [n, v] : headers) out += n + ": " + v + "\r\n";
     out += "\r\n";
     return out;
@@ -289,6 +304,28 @@ private:
         const bool head = req.method == "HEAD";
         const bool keep = req.keep_alive();
 
+        if (path == "/control") {
+            if (q.get("health")) g_control.health = q.get_u64("health", 0);
+            if (q.get("status")) g_control.status = q.get_u64("status", 0);
+            if (q.get("delay_ms")) g_control.delay_ms = q.get_u64("delay_ms", 0);
+            co_return co_await write_simple(200, "text/plain", "ok", req, head, keep);
+        }
+        if (path == "/healthz") {
+            if (g_control.health == 0) co_return co_await write_simple(200, "text/plain", "ok", req, head, keep);
+            const auto code = static_cast<int>(g_control.health);
+            co_return co_await write_simple(code, "text/plain", "status " + std::to_string(code), req, head, keep);
+        }
+        if (path != "/stats" && (g_control.status != 0 || g_control.delay_ms != 0)) {
+            const auto code = static_cast<int>(g_control.status != 0 ? g_control.status : 200);
+            if (g_control.delay_ms != 0) {
+                asio::steady_timer timer(sock_.get_executor());
+                timer.expires_after(std::chrono::milliseconds(g_control.delay_ms));
+                auto [tec] = co_await timer.async_wait(use_tuple);
+                (void)tec;
+            }
+            if (g_control.status != 0)
+                co_return co_await write_simple(code, "text/plain", "status " + std::to_string(code), req, head, keep);
+        }
         if (path == "/bytes") co_return co_await write_bytes(req, q, head, keep);
         if (path == "/no-length") co_return co_await write_no_length(q, head);
         if (path == "/slow") {
@@ -624,8 +661,12 @@ int run(int argc, char** argv) {
             listen = argv[++i];
         } else if (a.starts_with("--listen=")) {
             listen = std::string(a.substr(9));
+        } else if (a == "--name" && i + 1 < argc) {
+            g_name = argv[++i];
+        } else if (a.starts_with("--name=")) {
+            g_name = std::string(a.substr(7));
         } else {
-            std::fprintf(stderr, "usage: sluice_test_upstream [--listen HOST:PORT]\n");
+            std::fprintf(stderr, "usage: sluice_test_upstream [--listen HOST:PORT] [--name NAME]\n");
             return 2;
         }
     }
