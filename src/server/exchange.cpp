@@ -195,6 +195,9 @@ awaitable<std::optional<http::failure>> session::read_body_ahead(body_framing& f
 
 awaitable<session::step> session::connect_upstream(std::shared_ptr<upstream::slot> to) {
     slot_ = std::move(to);
+    req_.upstream = &lane_->owner();
+    req_.upstream_addr = slot_->srv->address;
+    ++req_.attempts;
     ++slot_->in_flight;
     slot_->counters.in_flight.add();
     slot_->counters.requests.add();
