@@ -156,7 +156,7 @@ double ms_between(steady::time_point a, steady::time_point b) {
 
 }  // namespace
 
-TEST_CASE("pools: round robin shares follow the weights over 10,000 requests") {
+TEST_CASE("pools: round robin shares follow the weights over 10000 requests") {
     auto a = named("a"), b = named("b"), c = named("c");
     auto gw = start_gateway(pool_config("upstream: { " + servers_yaml({a->port, b->port, c->port}, {5, 3, 2}) +
                                         ", balance: round_robin }\n"));
@@ -176,7 +176,7 @@ TEST_CASE("pools: round robin shares follow the weights over 10,000 requests") {
                                                << t.names.at("c"));
 }
 
-TEST_CASE("pools: hash keeps each caller on one server; a server that goes moves only its own callers") {
+TEST_CASE("pools: hash keeps each caller on one server and a server that goes moves only its own callers") {
     std::vector<std::unique_ptr<upstream_server>> ups;
     std::vector<std::uint16_t> ports;
     for (const char* n : {"s0", "s1", "s2", "s3"}) {
@@ -258,7 +258,7 @@ TEST_CASE("pools: a server killed under load loses no GET") {
     CHECK(stat(a->port, "gets") + stat(c->port, "gets") + static_cast<std::uint64_t>(t.names.at("b")) == 2000);
 }
 
-TEST_CASE("pools: an idempotent request is retried elsewhere, a POST that reached a server never is") {
+TEST_CASE("pools: an idempotent request is retried elsewhere but a POST that reached a server never is") {
     // a answers; b reads each request whole, then resets the connection; d is dead (refuses).
     // No ejection, so b and d keep their turns; a budget that never refuses.
     auto a = named("a"), b = named("b");
@@ -296,7 +296,7 @@ TEST_CASE("pools: an idempotent request is retried elsewhere, a POST that reache
     CHECK(ok + bad_gateway == 30);
 }
 
-TEST_CASE("pools: passive ejection keeps a failing server out for eject_for, doubled the next time") {
+TEST_CASE("pools: passive ejection keeps a failing server out for eject_for and twice that the next time") {
     auto a = named("a"), b = named("b");
     auto gw = start_gateway(pool_config("upstream: { " + servers_yaml({a->port, b->port}) +
                                         ", health: { passive: { eject_after: 2, eject_for: 1s } } }\n"));
@@ -338,7 +338,7 @@ TEST_CASE("pools: passive ejection keeps a failing server out for eject_for, dou
     MESSAGE("passive ejection: out for " << first_ms << " ms, then " << second_ms << " ms");
 }
 
-TEST_CASE("pools: retries 0 answers a dead server's 502, retries 1 goes elsewhere, the budget's floor") {
+TEST_CASE("pools: retries 0 and 1 and the retry budget's floor of 3") {
     auto a = named("a");
     const auto d = dead_port();
     const std::string no_ejection = ", health: { passive: { eject_after: 0 } }";
@@ -425,7 +425,7 @@ TEST_CASE("pools: no server left answers 502 at once") {
     }
 }
 
-TEST_CASE("pools: routes go to their pools; without a pool default, no route is 404") {
+TEST_CASE("pools: routes go to their pools and without a pool default no route is 404") {
     auto a = named("a"), w = named("w");
     const std::string pools =
         "upstreams:\n  api: { url: " + url_of(a->port) + " }\n  web: { url: " + url_of(w->port) + " }\n";
@@ -483,7 +483,7 @@ void rewrite(const std::string& path, const std::string& text) { write_file(path
 
 }  // namespace
 
-TEST_CASE("pools: a DNS name is resolved again, and the servers follow its addresses") {
+TEST_CASE("pools: a DNS name is resolved again and the servers follow its addresses") {
     const auto dir = make_temp_dir();
     const std::string hosts = dir + "/hosts";
     rewrite(hosts, "127.0.0.1 localhost\n127.0.0.2 pool.test\n");
