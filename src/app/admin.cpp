@@ -118,7 +118,16 @@ std::string upstreams_body(const admin_hooks& hooks) {
             so["failures"] = s.counts.failures;
             so["ejections"] = s.ejections;
             so["ejected_for_ms"] = s.ejected_for_ms;
-            so["last_check"] = nullptr;
+            if (s.last_check_ms == 0) {
+                so["last_check"] = nullptr;
+            } else {
+                boost::json::object check;
+                check["at_ms"] = s.last_check_ms;
+                check["result"] = s.last_check;
+                check["passes_in_row"] = s.check_passes;
+                check["failures_in_row"] = s.check_failures;
+                so["last_check"] = std::move(check);
+            }
             servers.push_back(std::move(so));
         }
         po["servers"] = std::move(servers);

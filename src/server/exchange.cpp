@@ -120,6 +120,7 @@ awaitable<after> session::exchange() {
         auto next = lane_->pick(hash, std::span(tried.data(), tries));
         if (!next) co_return co_await respond(last ? *last : fail::no_upstream);
         if (last && !may_retry()) co_return co_await respond(*last);
+        req_.early_answer = false;  // of this attempt: one before may have failed writing
         auto s = co_await connect_upstream(std::move(next));
         if (!s.failed) {
             const bool replayable = idempotent && !stale_retried && up_->reused;
@@ -205,6 +206,9 @@ awaitable<std::optional<http::failure>> session::read_body_ahead(body_framing& f
 
 awaitable<session::step> session::connect_upstream(std::shared_ptr<upstream::slot> to) {
     slot_ = std::move(to);
+    req_.upstream = &lane_->owner();
+    req_.upstream_addr = slot_->srv->address;
+    ++req_.attempts;
     ++slot_->in_flight;
     slot_->counters.in_flight.add();
     slot_->counters.requests.add();

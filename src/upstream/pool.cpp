@@ -1,6 +1,7 @@
 #include "upstream/pool.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace sluice::upstream {
 
@@ -54,6 +55,16 @@ unsigned server::effective_weight(std::int64_t now, config::duration slow_start)
     // From 10% to 100% of the weight, linearly.
     const auto part = 10 + (now - back) * 90 / ramp;
     return std::max<unsigned>(1, static_cast<unsigned>(full * part / 100));
+}
+
+std::string server::last_check() const {
+    std::lock_guard lock(check_mutex_);
+    return last_check_;
+}
+
+void server::set_last_check(std::string result) {
+    std::lock_guard lock(check_mutex_);
+    last_check_ = std::move(result);
 }
 
 pool::pool(std::shared_ptr<const config::config> keep, const config::upstream_config& cfg)

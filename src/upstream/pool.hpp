@@ -125,6 +125,17 @@ struct server {
     // Every worker's slot_counters for it (kept with the server across reloads).
     tally<slot_counters, server_totals> counts;
 
+    // Active checks, written by the health checker only (upstream/health.hpp, on the main
+    // io_context), read by anyone (/upstreams, metrics). A pass resets the failures and a
+    // failure the passes.
+    std::atomic<std::uint32_t> check_passes{0};    // consecutive passed checks
+    std::atomic<std::uint32_t> check_failures{0};  // consecutive failed checks
+    std::atomic<std::int64_t> last_check_ms{0};    // when the last check ended, unix ms; 0: never checked
+    // The last check's result: "ok", or why it failed ("status 503", "connect refused",
+    // "timeout", "tls handshake failed: ..."); "" before the first.
+    std::string last_check() const;
+    void set_last_check(std::string result);
+
     // Neither down nor ejected at `now`.
     bool available(std::int64_t now) const {
         return !checked_down.load(std::memory_order_relaxed) && ejected_until.load(std::memory_order_relaxed) <= now;
@@ -132,6 +143,10 @@ struct server {
     // The weight a balancer gives it at `now`, scaled by 100 (so that slow start can ramp
     // from 10% to 100% in steps): 0 when not available.
     unsigned effective_weight(std::int64_t now, config::duration slow_start) const;
+
+private:
+    mutable std::mutex check_mutex_;  // guards last_check_
+    std::string last_check_;
 };
 
 struct members {

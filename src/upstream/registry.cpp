@@ -107,11 +107,13 @@ void registry::install(pool_list pools) {
         timer_.cancel();
         tick();
     }
+    if (!stopped_) health_.start(pools_);
 }
 
 void registry::stop() {
     stopped_ = true;
     timer_.cancel();
+    health_.stop();
 }
 
 void registry::tick() {

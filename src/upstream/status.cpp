@@ -31,6 +31,11 @@ server_status status_of(const server& s, const config::upstream_config& cfg, std
     out.weight = s.weight;
     out.ejections = s.ejections.load(std::memory_order_relaxed);
     out.counts = s.counts.sum();
+    // A verdict left from before a reload that turned the checks off is not shown.
+    out.last_check_ms = cfg.health.path.empty() ? 0 : s.last_check_ms.load(std::memory_order_relaxed);
+    if (out.last_check_ms != 0) out.last_check = s.last_check();
+    out.check_passes = s.check_passes.load(std::memory_order_relaxed);
+    out.check_failures = s.check_failures.load(std::memory_order_relaxed);
     const auto until = s.ejected_until.load(std::memory_order_relaxed);
     const auto back = s.back_at.load(std::memory_order_relaxed);
     const auto ramp = std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.slow_start).count();

@@ -27,6 +27,11 @@ struct server_status {
     std::int64_t ejected_for_ms = 0;  // 0 unless ejected
     std::uint64_t ejections = 0;
     server_totals counts;
+    // The last active check: when it ended (unix ms; 0: never checked, or no checks), its
+    // result ("ok", or why it failed) and the passes or failures in a row.
+    std::int64_t last_check_ms = 0;
+    std::string last_check;
+    std::uint32_t check_passes = 0, check_failures = 0;
 };
 
 struct pool_status {

@@ -192,3 +192,56 @@ TEST_CASE("GET /upstreams: a 5xx counts as a failure and an error of kind 5xx") 
     CHECK(metric_value(m, "sluice_upstream_requests_total" + at + "}") == 4);
     CHECK(metric_value(m, "sluice_upstream_server_up" + at + "}") == 1);
 }
+
+TEST_CASE("GET /upstreams: the last active check, and a server the checks took down") {
+    auto up1 = start_upstream();
+    auto up2 = start_upstream();
+    auto gw = start_gateway(
+        "server: { listen: \"127.0.0.1:0\", threads: 2 }\nadmin: { listen: \"127.0.0.1:0\" }\nlog: { level: info }\n"
+        "upstream:\n  servers: [\"http://" +
+        addr(up1->port) + "\", \"http://" + addr(up2->port) +
+        "\"]\n"
+        "  health: { path: /healthz, interval: 100ms, timeout: 90ms, healthy: 1, unhealthy: 2 }\n");
+
+    // A check has run on both: last_check says ok, with its time.
+    std::map<std::string, boost::json::object> servers;
+    const bool checked = eventually([&] {
+        servers = servers_of(pool_of(upstreams_json(*gw), "default"));
+        for (const auto& [a, s] : servers)
+            if (s.at("last_check").is_null()) return false;
+        return true;
+    });
+    REQUIRE(checked);
+    for (const auto& [a, s] : servers) {
+        const auto& check = s.at("last_check").as_object();
+        CHECK(check.at("result").as_string() == "ok");
+        CHECK(check.at("at_ms").as_int64() > 1'600'000'000'000);
+        CHECK(check.at("failures_in_row").as_int64() == 0);
+        CHECK(s.at("state").as_string() == "up");
+    }
+
+    // up2's /healthz answers 503: down after two failed checks, in /upstreams and the metrics.
+    REQUIRE(fetch(up2->port, "GET", "/control?health=503").status == 200);
+    boost::json::object down;
+    const bool went = eventually([&] {
+        down = servers_of(pool_of(upstreams_json(*gw), "default")).at(addr(up2->port));
+        return down.at("state").as_string() == "down";
+    });
+    REQUIRE(went);
+    const auto& check = down.at("last_check").as_object();
+    CHECK(check.at("result").as_string().find("503") != boost::json::string::npos);
+    CHECK(check.at("failures_in_row").as_int64() >= 2);
+    CHECK(check.at("passes_in_row").as_int64() == 0);
+    const auto m = fetch(gw->admin_port, "GET", "/metrics").body;
+    const std::string at = R"({upstream="default",server=")";
+    CHECK(metric_value(m, "sluice_upstream_server_up" + at + addr(up2->port) + "\"}") == 0);
+    CHECK(metric_value(m, "sluice_upstream_server_up" + at + addr(up1->port) + "\"}") == 1);
+    CHECK(metric_value(m, "sluice_upstream_ejections_total" + at + addr(up2->port) + "\"}") == 0);
+
+    // Back after one pass.
+    REQUIRE(fetch(up2->port, "GET", "/control?health=0").status == 200);
+    CHECK(eventually([&] {
+        const auto s = servers_of(pool_of(upstreams_json(*gw), "default")).at(addr(up2->port));
+        return s.at("state").as_string() == "up" && s.at("last_check").as_object().at("result").as_string() == "ok";
+    }));
+}
