@@ -102,15 +102,15 @@ std::size_t count_of(const std::string& text, const std::string& what) {
     return n;
 }
 
-// Requests the upstream has received (not counting /stats).
-std::int64_t requests_at(const upstream_server& up) {
-    return json_of(fetch(up.port, "GET", "/stats")).at("requests").as_int64();
+// The health checks the upstream has received (its /healthz requests).
+std::int64_t checks_at(const upstream_server& up) {
+    return json_of(fetch(up.port, "GET", "/stats")).at("healthz").as_int64();
 }
 
-// Waits until `up` has received `more` further requests (bounded): checks that ran.
+// Waits until `up` has received `more` further checks (bounded).
 bool checked_again(const upstream_server& up, std::int64_t more) {
-    const auto from = requests_at(up);
-    return eventually([&] { return requests_at(up) >= from + more; });
+    const auto from = checks_at(up);
+    return eventually([&] { return checks_at(up) >= from + more; });
 }
 
 std::string label(const upstream_server& up) { return "127.0.0.1:" + std::to_string(up.port); }
@@ -196,12 +196,12 @@ TEST_CASE("health checks: a killed server is taken out, and with every server do
 TEST_CASE("health checks: once per gateway, not once per worker") {
     auto a = start_named("a");
     auto gw = start_gateway(checked_yaml_http({a.get()}, 4));
-    // The first check has run: the upstream received it (nothing else is sent to it here).
-    REQUIRE(eventually([&] { return requests_at(*a) >= 1; }));
-    const auto from = requests_at(*a);
+    // The first check has run: the upstream received it.
+    REQUIRE(eventually([&] { return checks_at(*a) >= 1; }));
+    const auto from = checks_at(*a);
     const auto started = std::chrono::steady_clock::now();
     let_time_pass(2s);
-    const auto checks = requests_at(*a) - from;
+    const auto checks = checks_at(*a) - from;
     const double intervals =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started) / std::chrono::milliseconds(200);
     MESSAGE(checks << " checks over " << intervals << " intervals with 4 workers");
