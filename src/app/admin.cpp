@@ -34,6 +34,7 @@ struct admin_hooks {
     std::function<readiness()> ready;
     std::function<app::reload_result()> reload;
     std::function<std::vector<limit::offender>()> offenders;
+    std::function<std::vector<upstream::pool_status>()> upstreams;
 };
 
 constexpr std::size_t max_top = 1000;
@@ -91,6 +92,49 @@ std::string top_body(std::size_t n, const admin_hooks& hooks) {
         list.push_back(std::move(item));
     }
     o["offenders"] = std::move(list);
+    return boost::json::serialize(o);
+}
+
+// GET /upstreams: every pool of the running config, its servers as last resolved.
+std::string upstreams_body(const admin_hooks& hooks) {
+    boost::json::array pools;
+    for (const auto& p : hooks.upstreams()) {
+        boost::json::object po;
+        po["name"] = p.name;
+        po["balance"] = upstream::to_string(p.balance);
+        po["max_in_flight"] = p.max_in_flight;
+        po["retries"] = p.counts.retries;
+        po["retry_budget_exhausted"] = p.counts.budget_exhausted;
+        boost::json::array servers;
+        for (const auto& s : p.servers) {
+            boost::json::object so;
+            so["url"] = s.url;
+            so["address"] = s.address;
+            so["weight"] = s.weight;
+            so["state"] = upstream::to_string(s.state);
+            // Summed over workers a gauge can be momentarily negative as a wrapped unsigned.
+            so["in_flight"] = static_cast<std::int64_t>(s.counts.in_flight);
+            so["requests"] = s.counts.requests;
+            so["failures"] = s.counts.failures;
+            so["ejections"] = s.ejections;
+            so["ejected_for_ms"] = s.ejected_for_ms;
+            if (s.last_check_ms == 0) {
+                so["last_check"] = nullptr;
+            } else {
+                boost::json::object check;
+                check["at_ms"] = s.last_check_ms;
+                check["result"] = s.last_check;
+                check["passes_in_row"] = s.check_passes;
+                check["failures_in_row"] = s.check_failures;
+                so["last_check"] = std::move(check);
+            }
+            servers.push_back(std::move(so));
+        }
+        po["servers"] = std::move(servers);
+        pools.push_back(std::move(po));
+    }
+    boost::json::object o;
+    o["upstreams"] = std::move(pools);
     return boost::json::serialize(o);
 }
 
@@ -155,9 +199,11 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
             res.result(bhttp::status::bad_request);
             res.body() = error_body("bad_request", refused);
         }
+    } else if (path == "/upstreams") {
+        res.body() = upstreams_body(hooks);
     } else {
         res.result(bhttp::status::not_found);
-        res.body() = R"({"error":"not_found","message":"try /healthz, /readyz, /metrics or /top"})";
+        res.body() = R"({"error":"not_found","message":"try /healthz, /readyz, /metrics, /top or /upstreams"})";
     }
     res.keep_alive(req.keep_alive());
     res.set(bhttp::field::date, http::date_now());
@@ -235,7 +281,7 @@ private:
 };
 
 asio::awaitable<void> admin_server::serve(std::unique_ptr<connection> conn) {
-    const admin_hooks hooks{metrics_, ready_, reload_, offenders_};
+    const admin_hooks hooks{metrics_, ready_, reload_, offenders_, upstreams_};
     auto& stream = conn->stream;
     for (bool first = true;; first = false) {
         bhttp::request_parser<bhttp::string_body> parser;
@@ -273,13 +319,15 @@ void admin_server::make_room() {
 
 admin_server::admin_server(asio::io_context& ioc, const tcp::endpoint& listen, const metrics::registry& metrics,
                            std::function<readiness()> ready, std::function<app::reload_result()> reload,
-                           std::function<std::vector<limit::offender>()> offenders, admin_limits limits)
+                           std::function<std::vector<limit::offender>()> offenders,
+                           std::function<std::vector<upstream::pool_status>()> upstreams, admin_limits limits)
     : ioc_(ioc),
       acceptor_(ioc),
       metrics_(metrics),
       ready_(std::move(ready)),
       reload_(std::move(reload)),
       offenders_(std::move(offenders)),
+      upstreams_(std::move(upstreams)),
       limits_(limits) {
     acceptor_.open(listen.protocol());
     acceptor_.set_option(asio::socket_base::reuse_address(true));

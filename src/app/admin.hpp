@@ -1,4 +1,4 @@
-// The admin listener: /healthz, /readyz, /metrics, POST /reload and GET /top, on its own
+// The admin listener: /healthz, /readyz, /metrics, POST /reload, GET /top and GET /upstreams, on its own
 // address and thread.
 //
 // Thread: runs on the io_context it is given (the app's main thread).
@@ -7,6 +7,7 @@
 #include "app/reload.hpp"
 #include "limit/offenders.hpp"
 #include "metrics/metrics.hpp"
+#include "upstream/status.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
@@ -36,11 +37,12 @@ struct admin_limits {
 class admin_server {
 public:
     // `reload` re-reads the config file (POST /reload); it runs on this io_context's thread.
-    // `offenders` gathers every worker's refusals of the last minute (GET /top).
+    // `offenders` gathers every worker's refusals of the last minute (GET /top); `upstreams`
+    // the running pools (GET /upstreams), on this io_context's thread.
     admin_server(boost::asio::io_context& ioc, const boost::asio::ip::tcp::endpoint& listen,
                  const metrics::registry& metrics, std::function<readiness()> ready,
                  std::function<app::reload_result()> reload, std::function<std::vector<limit::offender>()> offenders,
-                 admin_limits limits);
+                 std::function<std::vector<upstream::pool_status>()> upstreams, admin_limits limits);
     ~admin_server();
     admin_server(const admin_server&) = delete;
     admin_server& operator=(const admin_server&) = delete;
@@ -59,6 +61,7 @@ private:
     std::function<readiness()> ready_;
     std::function<app::reload_result()> reload_;
     std::function<std::vector<limit::offender>()> offenders_;
+    std::function<std::vector<upstream::pool_status>()> upstreams_;
     admin_limits limits_;
     std::list<connection*> open_;  // the one waiting longest for a request first
     std::uint64_t evicted_ = 0;

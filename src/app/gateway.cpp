@@ -9,6 +9,7 @@
 #include "store/fallback_store.hpp"
 #include "store/memory_store.hpp"
 #include "store/redis_store.hpp"
+#include "upstream/status.hpp"
 
 #include <spdlog/spdlog.h>
 #include <boost/asio/ip/tcp.hpp>
@@ -274,8 +275,12 @@ bool gateway::start() {
         admin_ = std::make_unique<admin_server>(
             main_ioc_, endpoint_of(cfg_->admin.listen), metrics_, [this] { return store_readiness(); },
             [this] { return reload(); }, [this] { return offenders(); },
+            [this] { return upstream::status_of(upstreams_.pools(), upstream::clock::now()); },
             admin_limits{cfg_->server.header_timeout, cfg_->server.idle_timeout, 64});
         metrics_.add_limited_identities([this] { return limit::offenders::merge(offenders()).size(); });
+        // Scraped on the admin listener's thread, the main one, where reloads install pools.
+        metrics_.add_upstreams(
+            [this] { return upstream::figures_of(upstream::status_of(upstreams_.pools(), upstream::clock::now())); });
     } catch (const std::exception& e) {
         spdlog::error("cannot listen: {}", e.what());
         return false;

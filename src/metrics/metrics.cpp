@@ -27,6 +27,10 @@ const char* to_string(upstream_error e) {
     return "unknown";
 }
 
+const char* server_error_name(std::size_t kind) {
+    return kind == server_error_5xx ? "5xx" : to_string(static_cast<upstream_error>(kind));
+}
+
 const char* to_string(decision_result r) {
     switch (r) {
         case decision_result::allowed: return "allowed";
@@ -207,6 +211,87 @@ void registry::add_access_log(std::function<std::uint64_t()> dropped) {
                   MetricType::Counter,
                   {}};
         out[0].metric.emplace_back().counter.value = static_cast<double>(dropped());
+        return out;
+    };
+    std::lock_guard lock(names_mu_);
+    collectors_.push_back(std::move(collect));
+}
+
+void registry::add_upstreams(std::function<std::vector<upstream_pool_figures>()> pools) {
+    auto collect = [pools = std::move(pools)] {
+        std::vector<MetricFamily> out(8);
+        out[0] = {"sluice_upstream_requests_total",
+                  "Attempts sent to each upstream server (a retry is one more), by pool and server.",
+                  MetricType::Counter,
+                  {}};
+        out[1] = {"sluice_upstream_server_errors_total",
+                  "Failed attempts on each upstream server, by pool, server and kind (5xx: an answer with such a "
+                  "status).",
+                  MetricType::Counter,
+                  {}};
+        out[2] = {"sluice_upstream_server_up",
+                  "1 while an upstream server is available, 0 while an active check has it down or passive ejection "
+                  "has it out.",
+                  MetricType::Gauge,
+                  {}};
+        out[3] = {
+            "sluice_upstream_ejections_total", "Passive ejections of each upstream server.", MetricType::Counter, {}};
+        out[4] = {
+            "sluice_upstream_in_flight", "Requests in flight to each upstream server now.", MetricType::Gauge, {}};
+        out[5] = {"sluice_upstream_response_seconds",
+                  "Time from a request sent to an upstream server to its response head, by pool.",
+                  MetricType::Histogram,
+                  {}};
+        out[6] = {"sluice_upstream_retries_total",
+                  "Requests sent again to another server of the pool after a failure.",
+                  MetricType::Counter,
+                  {}};
+        out[7] = {"sluice_upstream_retry_budget_exhausted_total",
+                  "Retries the pool's retry budget refused (the failure was answered as is).",
+                  MetricType::Counter,
+                  {}};
+        for (const auto& p : pools()) {
+            for (const auto& s : p.servers) {
+                const std::vector<ClientMetric::Label> at{{"upstream", p.upstream}, {"server", s.server}};
+                auto& requests = out[0].metric.emplace_back();
+                requests.label = at;
+                requests.counter.value = static_cast<double>(s.requests);
+                for (std::size_t k = 0; k < server_error_kinds; ++k) {
+                    auto& e = out[1].metric.emplace_back();
+                    e.label = at;
+                    e.label.push_back({"kind", server_error_name(k)});
+                    e.counter.value = static_cast<double>(s.errors[k]);
+                }
+                auto& up = out[2].metric.emplace_back();
+                up.label = at;
+                up.gauge.value = s.up ? 1 : 0;
+                auto& ejections = out[3].metric.emplace_back();
+                ejections.label = at;
+                ejections.counter.value = static_cast<double>(s.ejections);
+                auto& in_flight = out[4].metric.emplace_back();
+                in_flight.label = at;
+                // Summed over workers a gauge can be momentarily negative as a wrapped unsigned.
+                in_flight.gauge.value = static_cast<double>(static_cast<std::int64_t>(s.in_flight));
+            }
+            const std::vector<ClientMetric::Label> at{{"upstream", p.upstream}};
+            auto& h = out[5].metric.emplace_back();
+            h.label = at;
+            std::uint64_t cumulative = 0;
+            for (std::size_t b = 0; b < p.response.size(); ++b) {
+                cumulative += p.response[b];
+                const double bound =
+                    b < duration_buckets.size() ? duration_buckets[b] : std::numeric_limits<double>::infinity();
+                h.histogram.bucket.push_back({cumulative, bound});
+            }
+            h.histogram.sample_count = cumulative;
+            h.histogram.sample_sum = static_cast<double>(p.response_sum_ns) / 1e9;
+            auto& retries = out[6].metric.emplace_back();
+            retries.label = at;
+            retries.counter.value = static_cast<double>(p.retries);
+            auto& exhausted = out[7].metric.emplace_back();
+            exhausted.label = at;
+            exhausted.counter.value = static_cast<double>(p.budget_exhausted);
+        }
         return out;
     };
     std::lock_guard lock(names_mu_);

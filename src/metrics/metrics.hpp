@@ -32,6 +32,11 @@ enum class upstream_error : std::size_t {
     count_
 };
 const char* to_string(upstream_error e);
+// Per server (sluice_upstream_server_errors_total): the upstream_error kinds, then "5xx" (an
+// answer passive health counts as a failure).
+inline constexpr std::size_t server_error_kinds = static_cast<std::size_t>(upstream_error::count_) + 1;
+inline constexpr std::size_t server_error_5xx = server_error_kinds - 1;
+const char* server_error_name(std::size_t kind);
 
 enum class decision_result : std::size_t { allowed, limited, shadow_limited, count_ };
 const char* to_string(decision_result r);
@@ -154,6 +159,21 @@ struct fallback_counters {
     cell local_decisions;
 };
 
+// One upstream pool as the sluice_upstream_* families show it, gathered at scrape time
+// (servers come and go with DNS and reloads).
+struct upstream_server_figures {
+    std::string server;  // its label: the address (after the url's name, when it has one)
+    bool up = false;     // neither down (active checks) nor ejected (passive)
+    std::uint64_t requests = 0, in_flight = 0, ejections = 0;
+    std::array<std::uint64_t, server_error_kinds> errors{};
+};
+struct upstream_pool_figures {
+    std::string upstream;
+    std::vector<upstream_server_figures> servers;
+    std::array<std::uint64_t, duration_buckets.size() + 1> response{};  // per bucket (last: +Inf), not cumulative
+    std::uint64_t response_sum_ns = 0, retries = 0, budget_exhausted = 0;
+};
+
 class registry {
 public:
     explicit registry(std::size_t workers);
@@ -174,6 +194,9 @@ public:
     void add_limited_identities(std::function<std::size_t()> count);
     // sluice_access_log_dropped_total: access log lines lost. Once, at start.
     void add_access_log(std::function<std::uint64_t()> dropped);
+    // The sluice_upstream_* families of every pool, from `pools()` at each scrape (on the
+    // scraping thread). Once, at start.
+    void add_upstreams(std::function<std::vector<upstream_pool_figures>()> pools);
     // Counts a configuration reload (SIGHUP or POST /reload) by its result.
     void reloaded(bool ok);
     // The certificates the TLS listener serves now: (name, notAfter in Unix seconds), for

@@ -54,6 +54,11 @@ void access_log::lane::write(const access_record& r) {
     add_number(R"(,"status":)", r.status);
     add_number(R"(,"bytes_in":)", static_cast<std::int64_t>(r.bytes_in));
     add_number(R"(,"bytes_out":)", static_cast<std::int64_t>(r.bytes_out));
+    if (!r.upstream_addr.empty()) {
+        add_string(R"(,"upstream":)", r.upstream);
+        add_string(R"(,"upstream_addr":)", r.upstream_addr);
+        add_number(R"(,"attempts":)", r.attempts);
+    }
     if (r.upstream_us >= 0) add_number(R"(,"upstream_us":)", r.upstream_us);
     add_number(R"(,"total_us":)", r.total_us);
     if (!r.tls_version.empty()) {

@@ -132,6 +132,7 @@ awaitable<after> session::exchange() {
         auto next = lane_->pick(hash, std::span(tried.data(), tries));
         if (!next) co_return co_await respond(last ? *last : fail::no_upstream);
         if (last && !may_retry()) co_return co_await respond(*last);
+        req_.early_answer = false;  // of this attempt: one before may have failed writing
         auto s = co_await connect_upstream(std::move(next));
         if (!s.failed) {
             const bool replayable = idempotent && !stale_retried && up_->reused;
@@ -154,9 +155,13 @@ awaitable<after> session::exchange() {
 }
 
 bool session::may_retry() {
-    if (lane_->take_retry(clock::now())) return true;
-    // metrics: the retry budget refused one (the metrics helper counts it)
-    return false;
+    auto& counters = lane_->counters();
+    if (!lane_->take_retry(clock::now())) {
+        counters.budget_exhausted.add();
+        return false;
+    }
+    counters.retries.add();
+    return true;
 }
 
 std::uint64_t session::balance_hash() const {
@@ -176,11 +181,17 @@ void session::server_failed() {
                      lane_->owner().cfg().health.eject_after);
 }
 
+void session::upstream_error(metrics::upstream_error e) {
+    w_.metrics.upstream_failed(e);
+    if (slot_) slot_->counters.errors[static_cast<std::size_t>(e)].add();
+}
+
 void session::server_answered(unsigned status) {
     if (!slot_) return;
-    if (status >= 500)
+    if (status >= 500) {
+        slot_->counters.errors[metrics::server_error_5xx].add();
         server_failed();
-    else
+    } else
         lane_->owner().succeeded(*slot_->srv);
 }
 
@@ -207,6 +218,9 @@ awaitable<std::optional<http::failure>> session::read_body_ahead(body_framing& f
 
 awaitable<session::step> session::connect_upstream(std::shared_ptr<upstream::slot> to) {
     slot_ = std::move(to);
+    req_.upstream = &lane_->owner();
+    req_.upstream_addr = slot_->srv->address;
+    ++req_.attempts;
     ++slot_->in_flight;
     slot_->counters.in_flight.add();
     slot_->counters.requests.add();
@@ -228,18 +242,18 @@ awaitable<session::step> session::connect_upstream(std::shared_ptr<upstream::slo
         if (ec && !relay::is_timeout(ec)) {
             log_tls_failure(tls::handshake_failure(up_->stream.ssl(), ec));
             server_failed();
-            w_.metrics.upstream_failed(metrics::upstream_error::tls);
+            upstream_error(metrics::upstream_error::tls);
             co_return step{fail::upstream_tls, false, true};
         }
     }
     if (!ec) co_return step{};
     server_failed();
     if (relay::is_timeout(ec)) {
-        w_.metrics.upstream_failed(metrics::upstream_error::connect_timeout);
+        upstream_error(metrics::upstream_error::connect_timeout);
         co_return step{fail::upstream_connect_timeout, false, true};
     }
-    w_.metrics.upstream_failed(ec == asio::error::connection_refused ? metrics::upstream_error::connect_refused
-                                                                     : metrics::upstream_error::connect_failed);
+    upstream_error(ec == asio::error::connection_refused ? metrics::upstream_error::connect_refused
+                                                         : metrics::upstream_error::connect_failed);
     co_return step{fail::upstream_refused, false, true};
 }
 
@@ -293,7 +307,7 @@ awaitable<session::step> session::send_request(body_framing framing, std::uint64
         case proxy::pump_result::read: co_return step{relay::is_timeout(r.ec) ? fail::body_timeout : fail::client_gone};
         case proxy::pump_result::write:
             if (relay::is_timeout(r.ec)) {
-                w_.metrics.upstream_failed(metrics::upstream_error::timeout);
+                upstream_error(metrics::upstream_error::timeout);
                 server_failed();
                 co_return step{fail::upstream_send_timeout};
             }
@@ -343,7 +357,7 @@ awaitable<session::step> session::read_response_head(bool replayable, bool idemp
         req_.upstream_us = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - asked).count();
         if (ec) {
             if (!got_some && replayable && !relay::is_timeout(ec)) co_return step{std::nullopt, true};
-            w_.metrics.upstream_failed(error_kind(ec));
+            upstream_error(error_kind(ec));
             server_failed();
             if (relay::is_timeout(ec)) co_return step{fail::upstream_timeout};
             // No byte of answer: an idempotent request whole in memory may go elsewhere.
@@ -354,6 +368,7 @@ awaitable<session::step> session::read_response_head(bool replayable, bool idemp
             co_return step{fail::upstream_closed, false, elsewhere};
         }
         if (resp_.status >= 200 || resp_.status == 101) {
+            lane_->counters().response.observe(metrics::duration_buckets, static_cast<double>(req_.upstream_us) / 1e6);
             server_answered(resp_.status);
             co_return step{};
         }
@@ -407,6 +422,7 @@ awaitable<after> session::relay_response() {
     req_.status = status;
     auto r = co_await relay_.pump(rp, up_->stream, up_->buffer, lane_->owner().cfg().timeout, nullptr, client_,
                                   cfg_->server.idle_timeout, out_);
+    if (r.failed != proxy::pump_result::ok && r.failed != proxy::pump_result::write) upstream_error(error_kind(r.ec));
     // Pooled again only when the response ended exactly at its framing, after the whole
     // request went out (pool::give_back also wants nothing more buffered).
     release_upstream(r.failed == proxy::pump_result::ok && rp.keep_alive() && !req_.early_answer);
@@ -415,7 +431,6 @@ awaitable<after> session::relay_response() {
     const after done = keep ? after::keep_alive : after::linger;
     if (r.failed == proxy::pump_result::ok) co_return done;
     if (r.failed == proxy::pump_result::write) co_return after::close;  // the client went away
-    w_.metrics.upstream_failed(error_kind(r.ec));
     if (r.written == 0)
         co_return co_await respond(relay::is_timeout(r.ec) ? fail::upstream_timeout : fail::upstream_cut);
     co_return after::close;  // the response was cut short: closing tells the client so

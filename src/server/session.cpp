@@ -70,6 +70,9 @@ void request_state::reset(std::size_t unmatched_slot) {
     outcome.reset();
     started = clock::now();
     upstream_us = -1;
+    upstream = nullptr;
+    upstream_addr.clear();
+    attempts = 0;
     status = 0;
     open = false;
     early_answer = false;
@@ -422,6 +425,11 @@ void session::end_request() {
     r.bytes_in = req_sink_.bytes;
     r.bytes_out = resp_sink_.bytes;
     r.upstream_us = req_.upstream_us;
+    if (req_.attempts > 0) {
+        r.upstream = req_.upstream->name();
+        r.upstream_addr = req_.upstream_addr;
+        r.attempts = req_.attempts;
+    }
     r.total_us = static_cast<std::int64_t>(seconds * 1e6);
     if (client_.secure()) {
         r.tls_version = tls::version_of(client_.ssl());

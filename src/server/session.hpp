@@ -75,13 +75,16 @@ struct request_state {
     std::string refusal;  // why the identify phase refused the credentials (401)
     limit::outcome outcome;
     http::clock::time_point started{};
-    std::int64_t upstream_us = -1;       // request sent to response head; -1: not asked
-    unsigned status = 0;                 // the answer's status; 0 until one was chosen
-    bool open = false;                   // a request began and is not yet logged
-    bool early_answer = false;           // the upstream answered before taking the whole body
-    std::int64_t charge = 0;             // cost the upstream reported beyond the route's (cost_header)
-    proxy::body_deadline body_deadline;  // when the request body must have arrived
-    std::string body;                    // the request body read ahead (request_buffering)
+    std::int64_t upstream_us = -1;             // request sent to response head; -1: not asked
+    const upstream::pool* upstream = nullptr;  // the pool of the attempts (kept alive by the snapshot)
+    std::string upstream_addr;                 // the server of the last attempt
+    unsigned attempts = 0;                     // servers tried
+    unsigned status = 0;                       // the answer's status; 0 until one was chosen
+    bool open = false;                         // a request began and is not yet logged
+    bool early_answer = false;                 // the upstream answered before taking the whole body
+    std::int64_t charge = 0;                   // cost the upstream reported beyond the route's (cost_header)
+    proxy::body_deadline body_deadline;        // when the request body must have arrived
+    std::string body;                          // the request body read ahead (request_buffering)
 
     void reset(std::size_t unmatched_slot);
 };
@@ -143,6 +146,8 @@ private:
     bool may_retry();
     // Passive health: the attempt on the held server failed, or answered.
     void server_failed();
+    // A failed attempt counted by kind, gateway-wide and for the server of `slot_` if any.
+    void upstream_error(metrics::upstream_error e);
     void server_answered(unsigned status);
     std::uint64_t balance_hash() const;
     void check_client_left();

@@ -10,8 +10,11 @@ lane::lane(std::shared_ptr<pool> p, const boost::asio::any_io_executor& ex, metr
         slots_ = before->slots_;
         budget_ = before->budget_;
     }
+    pool_->counts().attach(&counters_);
     refresh();
 }
+
+lane::~lane() { pool_->counts().detach(&counters_); }
 
 void lane::refresh() {
     const auto v = pool_->version();

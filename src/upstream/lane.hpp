@@ -23,21 +23,19 @@
 
 namespace sluice::upstream {
 
-// What one worker counted for one server; summed over workers for /upstreams and metrics.
-struct slot_counters {
-    metrics::cell requests;   // attempts sent to it
-    metrics::cell failures;   // connect errors, resets, timeouts, 5xx
-    metrics::cell in_flight;  // a gauge
-};
-
 struct slot {
     slot(std::shared_ptr<server> s, const boost::asio::any_io_executor& ex, std::size_t max_idle, metrics::shard& m)
-        : srv(std::move(s)), idle(ex, max_idle, m) {}
+        : srv(std::move(s)), idle(ex, max_idle, m) {
+        srv->counts.attach(&counters);
+    }
+    ~slot() { srv->counts.detach(&counters); }
+    slot(const slot&) = delete;
+    slot& operator=(const slot&) = delete;
     std::shared_ptr<server> srv;
     tls::session_cache sessions;  // its last TLS session; before `idle`, whose connections point to it
     proxy::pool idle;
     std::uint32_t in_flight = 0;
-    slot_counters counters;
+    slot_counters counters;  // attached to srv->counts while the slot lives
 };
 
 class lane {
@@ -46,6 +44,9 @@ public:
     // servers that stay are taken over (their idle connections with them).
     lane(std::shared_ptr<pool> p, const boost::asio::any_io_executor& ex, metrics::shard& m,
          const lane* before = nullptr);
+    ~lane();
+    lane(const lane&) = delete;
+    lane& operator=(const lane&) = delete;
 
     const std::shared_ptr<pool>& shared() const { return pool_; }
     pool& owner() const { return *pool_; }
@@ -53,8 +54,9 @@ public:
     // A server for a request, none of whose slots is in `tried`; null when no server is
     // available. `hash`: the caller's identifier hash (balance hash).
     std::shared_ptr<slot> pick(std::uint64_t hash, std::span<const slot* const> tried);
-    // Every slot now (for /upstreams and metrics: read from other threads through counters only).
     const std::vector<std::shared_ptr<slot>>& slots() const { return slots_; }
+    // This worker's counts for the pool (attached to owner().counts() while the lane lives).
+    lane_counters& counters() { return counters_; }
 
     // The retry budget: a request to the pool counted; whether one more retry fits
     // (retry_budget percent of the last 10 s of requests, plus 3), counting it if so.
@@ -84,6 +86,7 @@ private:
     std::vector<std::uint32_t> in_flight_;
     std::array<second, 10> budget_{};
     bool closed_ = false;
+    lane_counters counters_;
 };
 
 }  // namespace sluice::upstream

@@ -1,6 +1,7 @@
 #include "upstream/pool.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace sluice::upstream {
 
@@ -16,6 +17,20 @@ std::string label_of(const config::upstream_url& url, const std::string& address
 constexpr std::uint32_t max_doublings = 5;
 
 }  // namespace
+
+void add(server_totals& t, const slot_counters& c) {
+    t.requests += c.requests.get();
+    t.failures += c.failures.get();
+    t.in_flight += c.in_flight.get();
+    for (std::size_t k = 0; k < metrics::server_error_kinds; ++k) t.errors[k] += c.errors[k].get();
+}
+
+void add(pool_totals& t, const lane_counters& c) {
+    for (std::size_t b = 0; b < t.response.size(); ++b) t.response[b] += c.response.counts[b].get();
+    t.response_sum_ns += c.response.sum_ns.get();
+    t.retries += c.retries.get();
+    t.budget_exhausted += c.budget_exhausted.get();
+}
 
 std::string address_text(const boost::asio::ip::tcp::endpoint& ep) {
     const auto a = ep.address();
@@ -42,8 +57,21 @@ unsigned server::effective_weight(std::int64_t now, config::duration slow_start)
     return std::max<unsigned>(1, static_cast<unsigned>(full * part / 100));
 }
 
+std::string server::last_check() const {
+    std::lock_guard lock(check_mutex_);
+    return last_check_;
+}
+
+void server::set_last_check(std::string result) {
+    std::lock_guard lock(check_mutex_);
+    last_check_ = std::move(result);
+}
+
 pool::pool(std::shared_ptr<const config::config> keep, const config::upstream_config& cfg)
-    : keep_(std::move(keep)), cfg_(&cfg), members_(std::make_shared<members>()) {}
+    : keep_(std::move(keep)),
+      cfg_(&cfg),
+      members_(std::make_shared<members>()),
+      counts_(std::make_shared<tally<lane_counters, pool_totals>>()) {}
 
 std::shared_ptr<const members> pool::current() const {
     std::lock_guard lock(mutex_);

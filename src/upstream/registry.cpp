@@ -68,6 +68,7 @@ pool_list registry::build(const std::shared_ptr<const config::config>& cfg) cons
         const pool* old = nullptr;
         for (const auto& running : pools_)
             if (running->name() == u.name) old = running.get();
+        if (old) p->carry_counts(*old);
         std::vector<std::vector<tcp::endpoint>> found;
         for (const auto& s : u.servers) {
             if (!is_name(s.url.host)) {
@@ -106,11 +107,13 @@ void registry::install(pool_list pools) {
         timer_.cancel();
         tick();
     }
+    if (!stopped_) health_.start(pools_);
 }
 
 void registry::stop() {
     stopped_ = true;
     timer_.cancel();
+    health_.stop();
 }
 
 void registry::tick() {

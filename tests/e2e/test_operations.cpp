@@ -277,6 +277,9 @@ TEST_CASE("access log: one JSON line per request, identifiers hashed") {
     CHECK(std::regex_match(std::string(allowed.at("id").as_string()), std::regex("[0-9a-f]{32}")));
     CHECK(allowed.at("bytes_out").to_number<int>() > 0);
     CHECK(allowed.at("upstream_us").to_number<std::int64_t>() >= 0);
+    CHECK(allowed.at("upstream").as_string() == "default");
+    CHECK(allowed.at("upstream_addr").as_string() == "127.0.0.1:" + std::to_string(up->port));
+    CHECK(allowed.at("attempts").to_number<int>() == 1);
     CHECK(allowed.at("total_us").to_number<std::int64_t>() >= allowed.at("upstream_us").to_number<std::int64_t>());
     CHECK(std::regex_match(std::string(allowed.at("time").as_string()),
                            std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)")));
@@ -285,6 +288,7 @@ TEST_CASE("access log: one JSON line per request, identifiers hashed") {
     CHECK(limited.at("status").to_number<int>() == 429);
     CHECK(limited.at("id") == allowed.at("id"));
     CHECK_FALSE(limited.contains("upstream_us"));
+    CHECK_FALSE(limited.contains("upstream_addr"));
     CHECK(line_with("none").at("route").as_string() == "unmatched");
 
     auto text = read_file(log_path);

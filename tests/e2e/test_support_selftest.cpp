@@ -237,6 +237,35 @@ TEST_CASE("status codes, early hints, hop-by-hop response headers, stats") {
     CHECK(stats.at("requests").to_number<std::uint64_t>() == 5);
 }
 
+TEST_CASE("test upstream: --name, /healthz, /control, per-method counts") {
+    auto up = start_upstream({"--name", "a"});
+    auto echo = fetch(up->port, "GET", "/echo");
+    CHECK(echo.header("X-Upstream-Name") == "a");
+    CHECK(parse_json(echo.body).at("upstream_name") == "a");
+    CHECK(fetch(up->port, "GET", "/healthz").body == "ok");
+    CHECK(fetch(up->port, "GET", "/control?health=503").status == 200);
+    CHECK(fetch(up->port, "GET", "/healthz").status == 503);
+    CHECK(fetch(up->port, "GET", "/control?health=0&status=500&delay_ms=1").status == 200);
+    CHECK(fetch(up->port, "GET", "/healthz").status == 200);
+    auto failing = fetch(up->port, "POST", "/echo", {}, "x");
+    CHECK(failing.status == 500);
+    CHECK(failing.body == "status 500");
+    CHECK(failing.header("X-Upstream-Name") == "a");
+    CHECK(fetch(up->port, "GET", "/control?status=0&delay_ms=0&reset=1").status == 200);
+    connection c("127.0.0.1", up->port);
+    c.send(make_request("POST", "/echo", {}, "body"));
+    CHECK(c.wait_closed(5s));
+    CHECK(fetch(up->port, "GET", "/control?reset=0&nonsense=1").status == 400);  // changes nothing
+    CHECK(fetch(up->port, "GET", "/control?reset=0").status == 200);
+    CHECK(fetch(up->port, "GET", "/echo").status == 200);
+    auto stats = parse_json(fetch(up->port, "GET", "/stats").body);
+    // /control, /stats and /healthz are not requests; /healthz has a count of its own
+    CHECK(stats.at("requests").to_number<std::uint64_t>() == 4);
+    CHECK(stats.at("gets").to_number<std::uint64_t>() == 2);
+    CHECK(stats.at("posts").to_number<std::uint64_t>() == 2);
+    CHECK(stats.at("healthz").to_number<std::uint64_t>() == 3);
+}
+
 TEST_CASE("upgrade echoes raw bytes, slow responses hit client timeouts") {
     auto up = start_upstream();
     {

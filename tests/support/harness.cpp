@@ -116,6 +116,15 @@ std::unique_ptr<upstream_server> start_upstream() {
     return up;
 }
 
+std::unique_ptr<upstream_server> start_upstream(std::vector<std::string> extra_args) {
+    std::vector<std::string> argv{upstream_bin(), "--listen", "127.0.0.1:0"};
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    auto up = std::make_unique<upstream_server>(std::move(argv));
+    auto groups = up->proc.wait_for_line(R"(^listening on \S+:(\d+)$)");
+    up->port = parse_port(groups.at(1));
+    return up;
+}
+
 gateway::~gateway() {
     proc.reset();
     if (!dir.empty() && !std::getenv("SLUICE_TEST_KEEP_TMP")) {

@@ -32,6 +32,10 @@ struct upstream_server {
 
 // Runs SLUICE_UPSTREAM_BIN --listen 127.0.0.1:0 and waits for "listening on 127.0.0.1:PORT".
 std::unique_ptr<upstream_server> start_upstream();
+// The same with arguments added, e.g. {"--name", "a"} or {"--listen", "127.0.0.2:8080"} (a
+// later --listen wins); waits for "listening on HOST:PORT" at any address. Throws, with the
+// upstream's output, if it exits first (e.g. the port is taken).
+std::unique_ptr<upstream_server> start_upstream(std::vector<std::string> extra_args);
 
 struct gateway {
     gateway() = default;

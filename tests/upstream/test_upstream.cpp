@@ -1,10 +1,12 @@
 // sluice_test_upstream: a small, real HTTP/1.1 origin server for Sluice's end-to-end tests.
 //
-//   sluice_test_upstream [--listen 127.0.0.1:0]
+//   sluice_test_upstream [--listen 127.0.0.1:0] [--name NAME]
 //
 // Prints "listening on HOST:PORT" on stdout once it accepts connections and exits 0 on
-// SIGTERM/SIGINT. One io_context thread; every connection is a C++20 coroutine. Request and
-// response bodies are streamed in bounded pieces, so multi-GiB transfers use little memory.
+// SIGTERM/SIGINT. With --name, every response carries "X-Upstream-Name: NAME" (so a test in
+// front of a pool can tell which server answered) and /echo's JSON has "upstream_name". One io_context thread; every
+// connection is a C++20 coroutine. Request and response bodies are streamed in bounded pieces, so multi-GiB transfers
+// use little memory.
 //
 // Endpoints (query parameters are split on '&' and '=' without percent-decoding):
 //   /echo and any other path   200 JSON description of the request (see write_echo)
@@ -20,10 +22,22 @@
 //   /early-hints               103 Early Hints, then 200 "hinted"
 //   /upgrade                   101 + raw echo if the request has Upgrade, else 426
 //   /stats                     {"connections_accepted": N, "open_connections": O, "requests": M,
-//                               "desync_sent": D, "bodies_in_progress": B, "held": H}: O
-//                               connections are open now; D /desync trailers were written; B
-//                               request bodies are being read now (their head has arrived, their
-//                               end not yet); H /hold requests are waiting
+//                               "gets": G, "posts": P, "healthz": Z, "desync_sent": D,
+//                               "bodies_in_progress": B, "held": H}: O connections are open now;
+//                               M request heads arrived (not counting /stats, /control and
+//                               /healthz), G and P of them GET and POST; Z /healthz requests
+//                               arrived; D /desync trailers were written; B request bodies are
+//                               being read now (their head has arrived, their end not yet); H
+//                               /hold requests are waiting
+//   /healthz                   200 "ok", or the status set with /control?health=CODE
+//   /control?status=C&delay_ms=M&reset=R&health=H   changes how this server answers, from now
+//                               on, every request except /control, /stats and /healthz (each
+//                               parameter optional; only those given change): status C (body
+//                               "status C"; 0: back to normal answers), after waiting M ms
+//                               (0: no wait; a delay alone slows normal answers); reset=1:
+//                               read the whole request, then abort the connection (RST), as
+//                               /reset does (reset=0: no more); health: /healthz's status (0:
+//                               200). Answers 200 with the settings as JSON
 //   /response-headers          200 "ok" with hop-by-hop response headers
 //   /desync?status=S&delay_ms=D   a misbehaving upstream: a complete response (status S, default
 //                               200: Content-Length 2, body "ok"; 204 and 304 and HEAD: no body),
@@ -86,10 +100,22 @@ struct server_stats {
     std::uint64_t connections_accepted = 0;
     std::uint64_t open_connections = 0;
     std::uint64_t requests = 0;
+    std::uint64_t gets = 0;
+    std::uint64_t posts = 0;
+    std::uint64_t healthz = 0;
     std::uint64_t desync_sent = 0;
     std::uint64_t bodies_in_progress = 0;
 };
 server_stats g_stats;  // only touched from the single io_context thread
+// How every request but /control, /stats and /healthz is answered, as /control set it.
+struct override_settings {
+    std::uint64_t status = 0;  // 0: normal answers
+    std::uint64_t delay_ms = 0;
+    bool reset = false;
+    std::uint64_t health = 0;  // /healthz's status, 0: 200
+};
+override_settings g_override;  // the single io_context thread too
+std::string g_name;            // --name: sent as X-Upstream-Name, set before the server starts
 // The /hold requests waiting, by name (the single io_context thread too).
 std::multimap<std::string, asio::steady_timer*, std::less<>> g_held;
 
@@ -110,6 +136,11 @@ bool iequals(std::string_view a, std::string_view b) {
         if (lower(a[i]) != lower(b[i])) return false;
     }
     return true;
+}
+
+// Whether a request target's path is `path` (with or without a query).
+bool is_path(std::string_view target, std::string_view path) {
+    return target.starts_with(path) && (target.size() == path.size() || target[path.size()] == '?');
 }
 
 // Parses a request without storing the body: it is counted, summed and kept only while small.
@@ -212,6 +243,7 @@ std::string reason_for(int status) {
 std::string format_head(int status, const header_list& headers) {
     std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason_for(status) + "\r\n";
     for (const auto& [n, v] : headers) out += n + ": " + v + "\r\n";
+    if (!g_name.empty()) out += "X-Upstream-Name: " + g_name + "\r\n";
     out += "\r\n";
     return out;
 }
@@ -253,8 +285,15 @@ private:
             req.header_limit(1024 * 1024);
             auto [ec, n] = co_await http::async_read_header(sock_, buf_, req, use_tuple);
             if (ec) co_return;
-            // /stats itself is not counted, so tests can poll it for other requests.
-            if (req.target.rfind("/stats", 0) != 0) ++g_stats.requests;
+            // /stats, /control and /healthz are not counted, so tests can poll and steer the
+            // server (and health checks can run) without changing the counts they look at.
+            if (is_path(req.target, "/healthz")) {
+                ++g_stats.healthz;
+            } else if (!is_path(req.target, "/stats") && !is_path(req.target, "/control")) {
+                ++g_stats.requests;
+                if (req.method == "GET") ++g_stats.gets;
+                if (req.method == "POST") ++g_stats.posts;
+            }
             // Answered from the head alone: the body is never read.
             if (req.target == "/early" || req.target.rfind("/early?", 0) == 0) {
                 co_await early_answer(req);
@@ -289,6 +328,27 @@ private:
         const bool head = req.method == "HEAD";
         const bool keep = req.keep_alive();
 
+        if (path == "/control") co_return co_await control(req, q, head, keep);
+        if (path == "/healthz") {
+            // (the body is a local: a temporary made by ?: in a co_await's arguments is freed twice by GCC 12)
+            const int code = g_override.health == 0 ? 200 : static_cast<int>(g_override.health);
+            std::string body = code == 200 ? "ok" : "status " + std::to_string(code);
+            co_return co_await write_simple(code, "text/plain", std::move(body), req, head, keep);
+        }
+        if (path != "/stats") {
+            if (g_override.reset) co_return reset();
+            if (g_override.delay_ms > 0) {
+                asio::steady_timer timer(sock_.get_executor());
+                timer.expires_after(std::chrono::milliseconds(g_override.delay_ms));
+                auto [tec] = co_await timer.async_wait(use_tuple);
+                (void)tec;
+                if (g_override.reset) co_return reset();  // set while this request waited
+            }
+            if (g_override.status != 0) {
+                const int code = static_cast<int>(g_override.status);
+                co_return co_await write_simple(code, "text/plain", "status " + std::to_string(code), req, head, keep);
+            }
+        }
         if (path == "/bytes") co_return co_await write_bytes(req, q, head, keep);
         if (path == "/no-length") co_return co_await write_no_length(q, head);
         if (path == "/slow") {
@@ -317,12 +377,7 @@ private:
             sock_.close(ignored);
             co_return false;
         }
-        if (path == "/reset") {
-            error_code ignored;
-            sock_.set_option(asio::socket_base::linger(true, 0), ignored);
-            sock_.close(ignored);
-            co_return false;
-        }
+        if (path == "/reset") co_return reset();
         if (path == "/close-after") {
             header_list h{{"Content-Type", "text/plain"}, {"Content-Length", "3"}};
             if (req.version == 10 && keep) h.emplace_back("Connection", "keep-alive");
@@ -354,6 +409,9 @@ private:
             o["connections_accepted"] = g_stats.connections_accepted;
             o["open_connections"] = g_stats.open_connections;
             o["requests"] = g_stats.requests;
+            o["gets"] = g_stats.gets;
+            o["posts"] = g_stats.posts;
+            o["healthz"] = g_stats.healthz;
             o["desync_sent"] = g_stats.desync_sent;
             o["bodies_in_progress"] = g_stats.bodies_in_progress;
             o["held"] = g_held.size();
@@ -374,6 +432,45 @@ private:
             co_return co_await write_simple(200, "text/plain", "ok", req, head, keep, &extra);
         }
         co_return co_await write_echo(req, head, keep);
+    }
+
+    // Aborts the connection: a linger of 0 makes close() send a RST.
+    bool reset() {
+        error_code ignored;
+        sock_.set_option(asio::socket_base::linger(true, 0), ignored);
+        sock_.close(ignored);
+        return false;
+    }
+
+    // /control: changes the given settings (a bad value is a 400 and changes nothing).
+    asio::awaitable<bool> control(const request_reader& req, const query_params& q, bool head, bool keep) {
+        override_settings next = g_override;
+        const auto code_ok = [](std::uint64_t c) { return c == 0 || (c >= 200 && c <= 999); };
+        for (const auto& [k, v] : q.items) {
+            const std::uint64_t n = q.get_u64(k, UINT64_MAX);
+            bool ok = false;
+            if (k == "status" && code_ok(n)) {
+                next.status = n;
+                ok = true;
+            } else if (k == "delay_ms" && n <= 600000) {
+                next.delay_ms = n;
+                ok = true;
+            } else if (k == "reset" && n <= 1) {
+                next.reset = n == 1;
+                ok = true;
+            } else if (k == "health" && code_ok(n)) {
+                next.health = n;
+                ok = true;
+            }
+            if (!ok) co_return co_await write_simple(400, "text/plain", "bad parameter " + k, req, head, keep);
+        }
+        g_override = next;
+        json::object o;
+        o["status"] = g_override.status;
+        o["delay_ms"] = g_override.delay_ms;
+        o["reset"] = g_override.reset;
+        o["health"] = g_override.health;
+        co_return co_await write_simple(200, "application/json", json::serialize(o), req, head, keep);
     }
 
     // A complete response with a fixed body. `extra` replaces the connection header logic.
@@ -410,6 +507,7 @@ private:
         o["body_sum"] = req.body_sum;
         if (req.body_kept) o["body"] = req.body;
         o["connection_id"] = id_;
+        if (!g_name.empty()) o["upstream_name"] = g_name;
         co_return co_await write_simple(200, "application/json", json::serialize(o), req, head, keep);
     }
 
@@ -624,8 +722,12 @@ int run(int argc, char** argv) {
             listen = argv[++i];
         } else if (a.starts_with("--listen=")) {
             listen = std::string(a.substr(9));
+        } else if (a == "--name" && i + 1 < argc) {
+            g_name = argv[++i];
+        } else if (a.starts_with("--name=")) {
+            g_name = std::string(a.substr(7));
         } else {
-            std::fprintf(stderr, "usage: sluice_test_upstream [--listen HOST:PORT]\n");
+            std::fprintf(stderr, "usage: sluice_test_upstream [--listen HOST:PORT] [--name NAME]\n");
             return 2;
         }
     }
