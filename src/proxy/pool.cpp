@@ -37,8 +37,9 @@ void pool::give_back(std::unique_ptr<upstream_connection> c) {
 void pool::start_sweep() {
     sweeping_ = true;
     sweep_.expires_after(std::chrono::seconds(1));
-    sweep_.async_wait([this](boost::system::error_code ec) {
-        if (ec) return;  // close_all(), or the pool is gone
+    // A handler already queued when the pool goes runs with success: `alive_` tells.
+    sweep_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](boost::system::error_code ec) {
+        if (ec || alive.expired()) return;  // close_all(), or the pool is gone
         sweeping_ = false;
         sweep();
         if (!idle_.empty()) start_sweep();

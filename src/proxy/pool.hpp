@@ -62,6 +62,7 @@ private:
     std::size_t max_idle_;
     bool closed_ = false;
     metrics::shard& metrics_;
+    std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // gone with the pool (its sweep's handler)
 };
 
 }  // namespace sluice::proxy

@@ -128,12 +128,14 @@ awaitable<after> session::exchange() {
     std::size_t tries = 0;
     std::optional<failure> last;  // the failure of the attempt before, to be tried elsewhere
     bool stale_retried = false;
+    bool replaying = false;  // the attempt goes on, on a new connection: no attempt more, no retry
     for (;;) {
         auto next = lane_->pick(hash, std::span(tried.data(), tries));
         if (!next) co_return co_await respond(last ? *last : fail::no_upstream);
-        if (last && !may_retry()) co_return co_await respond(*last);
+        if (last && !replaying && !may_retry()) co_return co_await respond(*last);
         req_.early_answer = false;  // of this attempt: one before may have failed writing
-        auto s = co_await connect_upstream(std::move(next));
+        auto s = co_await connect_upstream(std::move(next), !replaying);
+        replaying = false;
         if (!s.failed) {
             const bool replayable = idempotent && !stale_retried && up_->reused;
             s = co_await send_request(framing, size, replayable, idempotent);
@@ -144,6 +146,7 @@ awaitable<after> session::exchange() {
         release_upstream(false);
         if (s.retry) {
             stale_retried = true;
+            replaying = true;
             continue;
         }
         if (!s.elsewhere || tries >= std::min<std::size_t>(lane_->owner().cfg().retries, tried.size()))
@@ -216,11 +219,11 @@ awaitable<std::optional<http::failure>> session::read_body_ahead(body_framing& f
     co_return std::nullopt;
 }
 
-awaitable<session::step> session::connect_upstream(std::shared_ptr<upstream::slot> to) {
+awaitable<session::step> session::connect_upstream(std::shared_ptr<upstream::slot> to, bool new_attempt) {
     slot_ = std::move(to);
     req_.upstream = &lane_->owner();
     req_.upstream_addr = slot_->srv->address;
-    ++req_.attempts;
+    if (new_attempt) ++req_.attempts;
     ++slot_->in_flight;
     slot_->counters.in_flight.add();
     slot_->counters.requests.add();

@@ -138,7 +138,8 @@ private:
     // exchange.cpp: the upstream exchange
     boost::asio::awaitable<after> exchange();
     boost::asio::awaitable<std::optional<failure>> read_body_ahead(proxy::body_framing& framing, std::uint64_t& length);
-    boost::asio::awaitable<step> connect_upstream(std::shared_ptr<upstream::slot> to);
+    // `new_attempt`: false when a pooled connection found closed is replaced.
+    boost::asio::awaitable<step> connect_upstream(std::shared_ptr<upstream::slot> to, bool new_attempt);
     boost::asio::awaitable<step> send_request(proxy::body_framing framing, std::uint64_t length, bool replayable,
                                               bool idempotent);
     boost::asio::awaitable<step> read_response_head(bool replayable, bool idempotent);

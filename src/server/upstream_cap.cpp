@@ -20,8 +20,11 @@ void cap_queue::wake_one() {
 }
 
 upstream_cap::~upstream_cap() {
-    stop_waiting();
-    release();
+    try {
+        stop_waiting();
+        release();
+    } catch (...) {  // a timer's cancel() throws only if the reactor fails: nothing left to do
+    }
 }
 
 void upstream_cap::stop_waiting() {

@@ -205,6 +205,13 @@ void health_checker::start(const std::vector<std::shared_ptr<pool>>& pools) {
     }
 }
 
+health_checker::~health_checker() {
+    try {
+        stop();
+    } catch (...) {  // a timer's cancel() throws only if the reactor fails: nothing left to do
+    }
+}
+
 void health_checker::stop() {
     for (const auto& t : targets_) {
         t->stopped = true;

@@ -27,7 +27,7 @@ namespace sluice::upstream {
 class health_checker {
 public:
     explicit health_checker(boost::asio::io_context& ioc) : ioc_(ioc) {}
-    ~health_checker() { stop(); }
+    ~health_checker();
     health_checker(const health_checker&) = delete;
     health_checker& operator=(const health_checker&) = delete;
 

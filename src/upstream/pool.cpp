@@ -43,17 +43,20 @@ std::string address_text(const boost::asio::ip::tcp::endpoint& ep) {
     return out;
 }
 
-server::server(const config::upstream_server_config& c, boost::asio::ip::tcp::endpoint ep)
+server::server(const config::upstream_server_config& c, const boost::asio::ip::tcp::endpoint& ep)
     : url(c.url), weight(c.weight), endpoint(ep), address(address_text(ep)), label(label_of(c.url, address)) {}
 
 unsigned server::effective_weight(std::int64_t now, config::duration slow_start) const {
     if (!available(now)) return 0;
     const unsigned full = weight * 100;
     const auto back = back_at.load(std::memory_order_relaxed);
-    const auto ramp = std::chrono::duration_cast<std::chrono::nanoseconds>(slow_start).count();
+    // At most about 13 days (2^50 ns): the products below stay within 64 bits.
+    const auto ramp = std::min<std::int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(slow_start).count(),
+                                             std::int64_t{1} << 50);
     if (back == 0 || ramp <= 0 || now - back >= ramp) return full;
-    // From 10% to 100% of the weight, linearly.
-    const auto part = 10 + (now - back) * 90 / ramp;
+    // From 10% to 100% of the weight, linearly (back_at may be a moment ahead of a
+    // worker that saw the ejection end: it starts at 10%).
+    const auto part = 10 + std::max<std::int64_t>(0, now - back) * 90 / ramp;
     return std::max<unsigned>(1, static_cast<unsigned>(full * part / 100));
 }
 
@@ -92,6 +95,10 @@ bool pool::failed(server& s, clock::time_point at) {
     const auto now = ticks(at);
     if (s.ejected_until.load(std::memory_order_relaxed) > now) return false;  // already out
     if (s.failures.fetch_add(1, std::memory_order_relaxed) + 1 < h.eject_after) return false;
+    // One ejection at a time in a pool: two workers must not each count the others still in
+    // and both eject (a pool of two emptied), nor eject one server twice. A failure path.
+    std::lock_guard lock(eject_mutex_);
+    if (s.ejected_until.load(std::memory_order_relaxed) > now) return false;
     // Never more than max_ejected_percent of the servers out at once (rounded down), but
     // one of a pool of two or more may always go.
     const auto m = current();
@@ -102,11 +109,13 @@ bool pool::failed(server& s, clock::time_point at) {
     const std::size_t most = std::max<std::size_t>(n >= 2 ? 1 : 0, n * h.max_ejected_percent / 100);
     if (out >= most) return false;
     const auto row = std::min(s.ejections_in_row.fetch_add(1, std::memory_order_relaxed), max_doublings);
-    const auto span = std::chrono::duration_cast<std::chrono::nanoseconds>(h.eject_for).count() << row;
+    const auto base = std::min<std::int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(h.eject_for).count(),
+                                             std::int64_t{1} << 50);  // no overflow when doubled
+    const auto span = base << row;
     s.failures.store(0, std::memory_order_relaxed);
     s.ejections.fetch_add(1, std::memory_order_relaxed);
-    s.back_at.store(now + span, std::memory_order_relaxed);
     s.ejected_until.store(now + span, std::memory_order_relaxed);
+    s.back_at.store(now + span, std::memory_order_relaxed);
     return true;
 }
 

@@ -103,7 +103,7 @@ struct pool_totals {
 void add(pool_totals& t, const lane_counters& c);
 
 struct server {
-    server(const config::upstream_server_config& c, boost::asio::ip::tcp::endpoint ep);
+    server(const config::upstream_server_config& c, const boost::asio::ip::tcp::endpoint& ep);
 
     const config::upstream_url url;  // as configured: the Host, SNI and the name verified
     const unsigned weight;
@@ -186,6 +186,7 @@ private:
     std::shared_ptr<const config::config> keep_;
     const config::upstream_config* cfg_;
     mutable std::mutex mutex_;  // guards members_ (publish, current: never per request)
+    std::mutex eject_mutex_;    // one passive ejection at a time (failed())
     std::shared_ptr<const members> members_;
     std::atomic<std::uint64_t> version_{0};
     std::shared_ptr<tally<lane_counters, pool_totals>> counts_;

@@ -97,6 +97,7 @@ pool_list registry::build(const std::shared_ptr<const config::config>& cfg) cons
 void registry::install(pool_list pools) {
     pools_ = std::move(pools);
     due_.clear();
+    resolving_.clear();
     const auto now = clock::now();
     bool any = false;
     for (const auto& p : pools_) {
@@ -123,7 +124,7 @@ void registry::tick() {
         const auto now = clock::now();
         for (const auto& p : pools_) {
             auto& due = due_[p.get()];
-            if (now < due) continue;
+            if (now < due || resolving_.count(p.get()) != 0) continue;  // one round at a time per pool
             due = now + p->cfg().resolve_every;
             resolve(p);
         }
@@ -148,11 +149,13 @@ void registry::resolve(const std::shared_ptr<pool>& p) {
     r->found.resize(cfg.servers.size());
     auto finish = [this, r] {
         if (stopped_) return;
+        resolving_.erase(r->p.get());
         auto servers = servers_for(r->p->cfg(), r->found, r->p.get());
         bool same = servers.size() == r->before->servers.size();
         for (std::size_t i = 0; same && i < servers.size(); ++i) same = servers[i] == r->before->servers[i];
         if (same) return;
         std::vector<tcp::endpoint> now;
+        now.reserve(servers.size());
         for (const auto& s : servers) now.push_back(s->endpoint);
         spdlog::info("upstream {}: the servers are now {}", r->p->name(), list(now));
         r->p->publish(make_members(std::move(servers)));
@@ -174,6 +177,7 @@ void registry::resolve(const std::shared_ptr<pool>& p) {
                 if (--r->waiting == 0 && ec != asio::error::operation_aborted) finish();
             });
     }
+    if (r->waiting > 0) resolving_.insert(p.get());
 }
 
 }  // namespace sluice::upstream

@@ -17,6 +17,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 namespace sluice::upstream {
@@ -48,6 +49,7 @@ private:
     boost::asio::steady_timer timer_;
     pool_list pools_;
     std::map<const pool*, clock::time_point> due_;  // when each pool is next resolved
+    std::set<const pool*> resolving_;               // pools whose round of resolutions is under way
     bool stopped_ = false;
     health_checker health_;
 };
