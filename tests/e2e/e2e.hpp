@@ -190,6 +190,23 @@ inline ending read_to_close(connection& c, std::chrono::milliseconds limit = 10s
     }
 }
 
+// A request held at the test upstream (/hold) until let go: a concurrency slot, or a slot
+// of a pool's max_in_flight, is taken while it runs.
+struct held {
+    held(std::uint16_t gateway_port, const std::string& name) : conn("127.0.0.1", gateway_port) {
+        conn.send(make_request("GET", "/hold?name=" + name));
+    }
+    connection conn;
+};
+
+inline std::int64_t upstream_held(std::uint16_t upstream_port) {
+    return json_of(fetch(upstream_port, "GET", "/stats")).at("held").as_int64();
+}
+
+inline void let_go(std::uint16_t upstream_port, const std::string& name) {
+    REQUIRE(fetch(upstream_port, "GET", "/let-go?name=" + name).body == "1");
+}
+
 // HAProxy in TCP mode on 127.0.0.1:port in front of the gateway, sending PROXY headers.
 // (Shared by the PROXY protocol and the TLS tests.)
 struct haproxy {

@@ -26,22 +26,6 @@ std::string redis_store_yaml(std::uint16_t port) {
     return "store:\n  type: redis\n  redis: { nodes: [\"127.0.0.1:" + std::to_string(port) + "\"], timeout: 2s }";
 }
 
-// A request held at the upstream until let go: its slot is taken while it runs.
-struct held {
-    held(std::uint16_t gateway_port, const std::string& name) : conn("127.0.0.1", gateway_port) {
-        conn.send(make_request("GET", "/hold?name=" + name));
-    }
-    connection conn;
-};
-
-std::int64_t upstream_held(std::uint16_t upstream_port) {
-    return json_of(fetch(upstream_port, "GET", "/stats")).at("held").as_int64();
-}
-
-void let_go(std::uint16_t upstream_port, const std::string& name) {
-    REQUIRE(fetch(upstream_port, "GET", "/let-go?name=" + name).body == "1");
-}
-
 // Waits out a stretch of time that is the subject of the test (a lease running out), not a
 // synchronisation: nothing else is awaited.
 void let_time_pass(std::chrono::milliseconds d) {

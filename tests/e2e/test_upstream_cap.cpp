@@ -17,22 +17,6 @@ using std::chrono::steady_clock;
 constexpr auto busy_body =
     R"({"error":"upstream_busy","message":"the upstream pool has max_in_flight requests in flight"})";
 
-// A request held at the upstream until let go: it holds a slot of the pool while it runs.
-struct held {
-    held(std::uint16_t gateway_port, const std::string& name) : conn("127.0.0.1", gateway_port) {
-        conn.send(make_request("GET", "/hold?name=" + name));
-    }
-    connection conn;
-};
-
-std::int64_t upstream_held(std::uint16_t upstream_port) {
-    return json_of(fetch(upstream_port, "GET", "/stats")).at("held").as_int64();
-}
-
-void let_go(std::uint16_t upstream_port, const std::string& name) {
-    REQUIRE(fetch(upstream_port, "GET", "/let-go?name=" + name).body == "1");
-}
-
 void check_busy(const response& r) {
     CHECK(r.status == 503);
     CHECK(r.header("Retry-After") == "1");
