@@ -14,8 +14,10 @@
 #include <string>
 
 #include "config/config.hpp"
+#include "load_error.hpp"
 
 namespace cfg = sluice::config;
+using sluice::config::testing::error_of;
 using namespace std::chrono_literals;
 
 namespace {
@@ -37,15 +39,6 @@ std::string pki(const std::string& name) {
     static pki_files files;
     REQUIRE_MESSAGE(files.made, "tests/support/make_tls_files.sh failed");
     return files.dir + "/" + name;
-}
-
-std::string error_of(const std::string& yaml) {
-    try {
-        cfg::load_string(yaml, "inline.yaml");
-    } catch (const cfg::config_error& e) {
-        return e.what();
-    }
-    return "<no error>";
 }
 
 // Line 6 holds the certificate, `more` follows at the indentation of server.tls's keys.

@@ -6,20 +6,13 @@
 #include <string>
 
 #include "config/config.hpp"
+#include "load_error.hpp"
 
 namespace cfg = sluice::config;
+using sluice::config::testing::error_of;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string error_of(const std::string& yaml) {
-    try {
-        cfg::load_string(yaml, "inline.yaml");
-    } catch (const cfg::config_error& e) {
-        return e.what();
-    }
-    return "<no error>";
-}
 
 // "inline.yaml:LINE:COLUMN: " where `needle` first appears on line `line` of `yaml`.
 std::string at(const std::string& yaml, int line, const std::string& needle) {
