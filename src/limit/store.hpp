@@ -19,6 +19,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace sluice::limit {
 
@@ -35,6 +36,16 @@ struct check_request {
     std::int64_t cost = 1;
     bool count_rejected = false;  // a denial is counted too (limit::decide)
     std::uint64_t lease = 0;      // the slot an admission takes in each concurrency tier (0: none), below 2^53
+    bool want_receipt = false;    // an admission returns its receipt (check_result::taken), for store::take_back
+    bool query = false;           // check only: nothing is written (the admin's view of one identifier)
+};
+
+// What an admission committed, as store::take_back needs it to take the commit back exactly
+// whatever ran since: per key of the request (in order) the time its commit used, and (Redis)
+// per log tier in request order the first sequence number of its entries.
+struct receipt {
+    std::vector<usec> at;
+    std::vector<std::int64_t> log_seq;
 };
 
 // Lease ids for the slots of concurrency tiers: random (gateways draw them independently),
@@ -64,6 +75,7 @@ struct check_result {
     status state = status::ok;
     decision verdict;   // valid when ok
     std::string error;  // when error: short, for logs and metrics
+    receipt taken;      // ok, admitted and want_receipt: what the commit wrote
 };
 
 class store {
@@ -76,6 +88,21 @@ public:
     // Renews or gives back the slots of lease r.lease in r's concurrency tiers, without
     // waiting: a change the store misses (Redis unreachable) leaves a slot to lapse at its lease.
     virtual void change_lease(const check_request& r, lease_change c) = 0;
+    // Takes back `amount` (0 < amount <= r.cost) of the admission of `r` that returned
+    // receipt `rc`, from its rate tiers: the counts it added to its buckets, its log entries,
+    // the emission interval it added to a gcra tier (never moving it behind the present), and
+    // its min_interval mark if no admission followed. Exact whatever ran since; leases are
+    // left to change_lease. False when the store could not (its outcome is then unknown).
+    virtual boost::asio::awaitable<bool> take_back(check_request r, receipt rc, std::int64_t amount) {
+        (void)r, (void)rc, (void)amount;
+        co_return false;  // TODO(issue 25): every store overrides it
+    }
+    // Forgets the state of r's tiers for r's identifiers (the admin's DELETE /identities):
+    // they start afresh. False when the store could not.
+    virtual boost::asio::awaitable<bool> reset(check_request r) {
+        (void)r;
+        co_return false;  // TODO(issue 25): every store overrides it
+    }
     // Identifiers held now (for the keys-held gauge); any thread.
     virtual std::size_t keys_held() const = 0;
     // A new configuration was installed: drop anything cached from the old one (the
