@@ -2,7 +2,6 @@
 
 #include "limit/rate_limit_fields.hpp"
 
-#include "base/text.hpp"
 #include "identity/kind_spec.hpp"
 
 #include <algorithm>
@@ -39,9 +38,10 @@ void append_label_value(std::string& out, std::string_view v) {
     for (const char c : v) {
         const auto u = static_cast<unsigned char>(c);
         if (u <= 0x20 || u >= 0x7f || c == '%' || c == '+' || c == '/' || c == '"' || c == '\\') {
+            constexpr std::string_view upper = "0123456789ABCDEF";
             out += '%';
-            out += base::hex_digits[u >> 4];
-            out += base::hex_digits[u & 0x0f];
+            out += upper[u >> 4];
+            out += upper[u & 0x0f];
         } else {
             out += c;
         }
