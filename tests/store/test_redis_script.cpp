@@ -680,6 +680,13 @@ void run_trace(harness& h, std::mt19937_64& rng, const mix& m, std::size_t count
                 const auto other = (keys[0].id[0] == digest_of(0)[0]) ? digest_of(1) : digest_of(0);
                 keys.push_back({sluice::identity::kind::ip, other, p.ip});
             }
+            // Identifiers of other kinds: their own keys, even with a digest an ip key has.
+            if (pick(1, 100) <= 25)
+                keys.push_back({sluice::identity::kind_of("header:x-tenant"),
+                                digest_of(static_cast<unsigned>(pick(0, 1))), p.user.empty() ? p.ip : p.user});
+            if (pick(1, 100) <= 15)
+                keys.push_back({sluice::identity::kind_of("header:x-tenant+ip"),
+                                digest_of(static_cast<unsigned>(pick(0, 2))), p.ip});
             const std::int64_t mc = max_cost(p);
             cost = pick(1, 100) <= 60 ? 1 : pick(1, mc);
             cost = std::min(cost, mc);
@@ -721,6 +728,10 @@ TEST_CASE("redis_script: key names carry the cluster hash tag") {
     CHECK(rs::key_name("", user) == "{user:00112233445566778899aabbccddeeff}");
     auto lt = make_tier(algorithm::log, 5, 1000, 0);
     CHECK(rs::log_key_name("s:", ip, lt) == "s:{ip:00112233445566778899aabbccddeeff}:log:" + lt.id);
+    // Another kind by its canonical text: no brace in it, so the tag is still the identifier.
+    limit::store_key tenant{sluice::identity::kind_of("header:x-tenant+ip"), ip.id, {}};
+    CHECK(rs::key_name("s:", tenant) == "s:{header:x-tenant+ip:00112233445566778899aabbccddeeff}");
+    CHECK(rs::log_key_name("s:", tenant, lt) == "s:{header:x-tenant+ip:00112233445566778899aabbccddeeff}:log:" + lt.id);
 }
 
 TEST_CASE("redis_script: build_call lays out KEYS and ARGV") {
