@@ -13,7 +13,7 @@ awaitable<void> limit_step::decide(std::shared_ptr<const snapshot> snap, const r
     const config::config& cfg = *snap->cfg;
     const limit::admission_context ctx{cfg.clients.ipv6_prefix, w_.hasher,    snap->generation, cfg.store.on_error,
                                        cfg.response.headers,    &w_.refusals, &w_.lease_ids};
-    if (!admission_.prepare(ctx, *r->limits, r->cost, who, out, r->name)) co_return;
+    if (!admission_.prepare(ctx, *r->limits, r->cost, who, out, &r->name)) co_return;
     const auto asked = clock::now();
     auto result = w_.store.try_check(admission_.request());
     if (!result) result = co_await w_.store.check(admission_.request());

@@ -79,8 +79,9 @@ TEST_CASE("admission kinds: keys in policy order, each value hashed under its ki
 
     limit::admission a;
     outcome out;
+    const std::string orders = "orders";
     const auto who = w.who("/x?k=v1", {{"X-Tenant", "acme"}, {"X-Key", "key-1"}});
-    REQUIRE(a.prepare(w.ctx, p, 1, who, out, "orders"));
+    REQUIRE(a.prepare(w.ctx, p, 1, who, out, &orders));
     const auto keys = a.request().keys;
     REQUIRE(keys.size() == 6);
     CHECK(keys[0].kind == identity::kind::ip);
@@ -101,7 +102,7 @@ TEST_CASE("admission kinds: keys in policy order, each value hashed under its ki
 
     // Without the tenant header: its kinds are skipped (on_missing defaults to skip).
     outcome bare;
-    REQUIRE(a.prepare(w.ctx, p, 1, w.who("/x", {}), bare, "orders"));
+    REQUIRE(a.prepare(w.ctx, p, 1, w.who("/x", {}), bare, &orders));
     const auto fewer = a.request().keys;
     REQUIRE(fewer.size() == 2);
     CHECK(fewer[0].kind == identity::kind::ip);
@@ -172,9 +173,10 @@ TEST_CASE("admission kinds: one all-or-nothing decision on the memory store, the
     sluice::store::memory_store store(10'000);
     sluice::metrics::registry reg(1);
     limit::admission a;
+    const std::string orders = "orders";
     const auto decide = [&](const char* tenant, outcome& out) {
         const auto who = w.who("/x", {{"X-Tenant", tenant}});  // alive until conclude()
-        REQUIRE(a.prepare(w.ctx, p, 1, who, out, "orders"));
+        REQUIRE(a.prepare(w.ctx, p, 1, who, out, &orders));
         auto r = store.try_check(a.request());
         REQUIRE(r);
         a.conclude(w.ctx, p, *r, reg.worker(0), out);
