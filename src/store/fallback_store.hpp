@@ -60,6 +60,8 @@ public:
         shared_.change_lease(r, c);
         local_.change_lease(r, c);
     }
+    // To the store that admitted (receipt::local): the local one over the same divided tiers.
+    boost::asio::awaitable<bool> take_back(limit::check_request r, limit::receipt rc, std::int64_t amount) override;
     std::size_t keys_held() const override { return shared_.keys_held(); }
     void on_reload() override;
     // The shared store's readiness: with it not ready this store still answers, locally.
@@ -73,6 +75,8 @@ public:
 private:
     limit::check_result decide_locally(const limit::check_request& r, const std::string& why);
     std::span<const limit::tier> divided(std::span<const limit::tier> tiers);
+    // r's keys over divided tiers (in keys_: valid until the next call).
+    std::span<const limit::store_key> local_keys(const limit::check_request& r);
     void answered();
 
     limit::store& shared_;
