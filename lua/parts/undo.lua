@@ -11,7 +11,8 @@
 --                   as count 0 (no bucket: buckets.lua);
 --   log             the `amount` highest-numbered entries at that instant (entries at one
 --                   instant are alike; their numbers stay gapless for commit_log);
---   gcra            amount * T off tat, never behind the present max(time, "@t");
+--   gcra            amount * T, less "@t" - that instant (what commits since may have absorbed
+--                   of it), off tat, never behind the present max(time, "@t");
 --   concurrency     untouched (mode release gives a slot back);
 --   min_interval    with whole, a <last> still that instant (no commit since) is made void:
 --                   field "<tier id>|m" holds it (tier.lua).
@@ -71,9 +72,15 @@ if ARGV[2] == 'undo' then
             fields[j + 1] = ARGV[a + 11 * j + 1]
         end
         local vals = call('HMGET', hash, unpack(fields))
-        local present = now
-        if vals[1] and vals[1] + 0 > present then
-            present = vals[1] + 0
+        local present, kc = now, at  -- kc: the key's clock, its last commit (never before `at`)
+        if vals[1] then
+            local c = vals[1] + 0
+            if c > present then
+                present = c
+            end
+            if c > kc then
+                kc = c
+            end
         end
         local hset, h = {}, 0
         for j = 1, n do
@@ -99,8 +106,9 @@ if ARGV[2] == 'undo' then
                 local ls, d = match(v, '^(%d+);(%d+)')
                 if ls then
                     local tat = ls + d
-                    if tat > present then
-                        local nt = tat - amount * ARGV[b + 7]
+                    local give = amount * ARGV[b + 7] - (kc - at)  -- (what commits since absorbed stays)
+                    if tat > present and give > 0 then
+                        local nt = tat - give
                         if nt < present then
                             nt = present
                         end

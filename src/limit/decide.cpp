@@ -370,9 +370,13 @@ void take_back_log(tier_state& s, usec at, std::int64_t amount) {
     s.data.erase(first, first + std::min<std::ptrdiff_t>(amount, last - first));
 }
 
-void take_back_gcra(const tier& t, tier_state& s, usec present, std::int64_t amount) {
-    if (s.data.empty() || s.data[0] <= present) return;
-    s.data[0] = std::max(s.data[0] - amount * t.interval, present);
+// A commit after it that came when the tat without it was already behind (one that did not
+// wait behind it) absorbed part of its interval: at most clock - at in all, clock the key's
+// last commit. That much stays, or a take-back could admit more than exact.
+void take_back_gcra(const tier& t, tier_state& s, usec at, usec clock, usec present, std::int64_t amount) {
+    const usec give = amount * t.interval - (clock - at);
+    if (s.data.empty() || s.data[0] <= present || give <= 0) return;
+    s.data[0] = std::max(s.data[0] - give, present);
 }
 
 }  // namespace
@@ -388,7 +392,7 @@ void take_back(std::span<const key_request> keys, usec now, std::int64_t amount,
             switch (t.algo) {
                 case config::algorithm::fixed:
                 case config::algorithm::sliding: take_back_buckets(t, *s, at, amount); break;
-                case config::algorithm::gcra: take_back_gcra(t, *s, present, amount); break;
+                case config::algorithm::gcra: take_back_gcra(t, *s, at, ks.last_time, present, amount); break;
                 case config::algorithm::log: take_back_log(*s, at, amount); break;
                 case config::algorithm::concurrency: break;
             }

@@ -130,9 +130,10 @@ decision decide(std::span<const key_request> keys, usec now, std::int64_t cost, 
 //   fixed, sliding  `amount` from the count of the bucket of rc.at (if still held; never below
 //                   0, an emptied bucket dropped);
 //   log             `amount` entries at rc.at (those still held);
-//   gcra            amount * T off its tat, but never behind the present max(now, key clock)
-//                   (one tat holds no history: when admissions followed that did not wait
-//                   behind this one, they move up by as much, a little more than exact);
+//   gcra            amount * T less (key clock - rc.at) off its tat, never behind the present
+//                   max(now, key clock) (one tat holds no history: commits that followed
+//                   without waiting behind this one absorbed at most that much of it, which
+//                   stays: never more admitted than exact, exact with no commit since);
 //   min_interval    with `whole` (nothing of the admission stays charged) the tier's mark goes
 //                   if no commit followed it (a commit that passed its min_interval at rc.at
 //                   also passed it for every later instant: no mark is then the same as the
