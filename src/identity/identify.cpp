@@ -3,8 +3,6 @@
 #include "base/text.hpp"
 
 #include <boost/beast/core/string.hpp>
-#include <boost/url/params_view.hpp>
-#include <boost/url/parse_query.hpp>
 
 #include <algorithm>
 #include <optional>
@@ -57,25 +55,52 @@ void read_headers(const kind_names& names, const http::message_head& req, caller
         if (v && v->empty()) v.reset();
 }
 
-// query: kinds: each configured parameter's first occurrence, percent-decoded ('+' as a
-// space, as forms write it); a parameter without a value, or an empty one, is none. A query
-// that does not parse gives none.
+// A query parameter's name or value as form decoders read it: '+' is a space and "%XX" the
+// byte XX; a '%' not followed by two hex digits stays as written (as lenient servers keep
+// it), so a bad escape changes the value instead of hiding it.
+void form_decode(std::string_view s, std::string& out) {
+    const auto hex = [](char c) {
+        if (c >= '0' && c <= '9') return c - '0';
+        c = base::ascii_lower(c);
+        return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    };
+    out.clear();
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '+') {
+            out += ' ';
+        } else if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+            out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+            i += 2;
+        } else {
+            out += s[i];
+        }
+    }
+}
+
+// query: kinds: each configured parameter's first occurrence, form-decoded; a parameter
+// without a value, or an empty one, is none. Parameters are read one by one: a byte the URI
+// grammar does not allow or a bad escape in one of them hides no other (the upstream, whose
+// parser is likely as lenient, would still read it).
 void read_query(const kind_names& names, std::string_view target, caller& out) {
     out.queries.assign(names.queries.size(), std::nullopt);
     const auto q = target.find('?');
     if (q == std::string_view::npos) return;
     std::string_view rest = target.substr(q + 1);
-    // A string of its own: Boost 1.81's parse_query() reads its argument as a C string (up
-    // to a NUL), past the end of a view into the head.
-    const std::string query(rest.substr(0, rest.find('#')));
-    if (!boost::urls::parse_query(query)) return;
-    boost::urls::encoding_opts plus_is_space;
-    plus_is_space.space_as_plus = true;
-    for (const auto& param : boost::urls::params_view(query, plus_is_space)) {
-        const auto it = std::lower_bound(names.queries.begin(), names.queries.end(), param.key);
-        if (it == names.queries.end() || *it != param.key) continue;
+    rest = rest.substr(0, rest.find('#'));
+    std::string key, value;
+    while (!rest.empty()) {
+        const auto amp = rest.find('&');
+        const std::string_view param = rest.substr(0, amp);
+        rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+        const auto eq = param.find('=');
+        if (eq == std::string_view::npos) continue;  // no value: none
+        form_decode(param.substr(0, eq), key);
+        const auto it = std::lower_bound(names.queries.begin(), names.queries.end(), key);
+        if (it == names.queries.end() || *it != key) continue;
         auto& slot = out.queries[static_cast<std::size_t>(it - names.queries.begin())];
-        if (!slot) slot.emplace(param.value);
+        if (slot) continue;  // the first occurrence counts
+        form_decode(param.substr(eq + 1), value);
+        slot.emplace(value);
     }
     for (auto& v : out.queries)
         if (v && v->empty()) v.reset();

@@ -115,6 +115,10 @@ TEST_CASE("kinds: header, query, claim, route and composite limits, each value o
     CHECK(f.get("/q?other=1&key=k/1").status == 200);
     CHECK(f.get("/q?key=k/1&key=else").status == 429);  // the first occurrence counts
     CHECK(f.get("/q?key=else").status == 200);
+    // A byte the URI grammar does not allow, or a bad escape, in another parameter hides
+    // nothing: "else" has had its two.
+    CHECK(f.get("/q?key=else&x=a|b").status == 200);
+    CHECK(f.get("/q?x=%zz&key=else").status == 429);
     CHECK(f.get("/q").status == 200);
 
     // claim:org from a verified JWT; a token without the claim is not limited by it.

@@ -108,9 +108,9 @@ TEST_CASE("identify kinds: query values, percent-decoded, the first of each name
     CHECK(v[2] == none());
     v = at("http://example.test/s?key=abs");
     CHECK(v[2] == std::optional<std::string>("abs"));
-    v = at("/s?key=%zz&q=1");  // a query that does not parse gives nothing
-    CHECK(v[2] == none());
-    CHECK(v[3] == none());
+    v = at("/s?key=%zz&q=1");  // a bad escape stays as written, and hides no other parameter
+    CHECK(v[2] == std::optional<std::string>("%zz"));
+    CHECK(v[3] == std::optional<std::string>("1"));
 }
 
 TEST_CASE("identify kinds: claims come from the JWT that verified, and only from it") {
@@ -161,4 +161,26 @@ TEST_CASE("identify kinds: claims come from the JWT that verified, and only from
         identity::identify(clients, request("/", {{"Authorization", bearer + "x"}}), ip("192.0.2.7"), true, now);
     CHECK(forged.refused);
     CHECK(forged.who.claims.empty());
+}
+
+// A stray byte the URI grammar does not allow, or a bad escape, anywhere in the query must
+// not make a limited parameter vanish: with on_missing: skip that walks around its limit,
+// while the upstream (most servers parse leniently) still reads the parameter.
+TEST_CASE("identify kinds: one odd parameter does not hide another") {
+    const config::clients_config cfg;
+    const identity::clients clients(cfg, policies_of({"query:tenant"}));
+    const auto tenant = [&](std::string_view target) {
+        auto r = identity::identify(clients, request(target, {}), ip("192.0.2.7"), true, 0);
+        REQUIRE(r.who.queries.size() == 1);
+        return r.who.queries[0];
+    };
+    const std::optional<std::string> victim("victim");
+    CHECK(tenant("/s?tenant=victim&x=%zz") == victim);
+    CHECK(tenant("/s?tenant=victim&x=a|b") == victim);
+    CHECK(tenant("/s?x={\"a\":1}&tenant=victim") == victim);
+    CHECK(tenant("/s?tenant=victim&x=%") == victim);
+    CHECK(tenant("/s?ten%61nt=vic%74im&x=^") == victim);
+    // The parameter's own bad escape stays as written: a value still, not none.
+    CHECK(tenant("/s?tenant=vic%zztim") == std::optional<std::string>("vic%zztim"));
+    CHECK(tenant("/s?tenant=100%") == std::optional<std::string>("100%"));
 }
