@@ -61,6 +61,16 @@ void memory_store::maintain(stripe& s, limit::usec now) {
     }
 }
 
+void memory_store::touch(stripe& s, entry& e) {
+    s.lru.erase(s.lru.iterator_to(e));
+    s.lru.push_back(e);
+    if (e.kind_hook.is_linked()) {
+        auto& kl = s.kinds[e.key.kind].lru;
+        kl.erase(kl.iterator_to(e));
+        kl.push_back(e);
+    }
+}
+
 memory_store::entry& memory_store::find_or_insert(stripe& s, const map_key& k, limit::usec now, bool& inserted,
                                                   std::span<entry* const> in_use, std::uint32_t max_values) {
     const auto used = [&](entry& e) { return std::find(in_use.begin(), in_use.end(), &e) != in_use.end(); };
@@ -68,13 +78,7 @@ memory_store::entry& memory_store::find_or_insert(stripe& s, const map_key& k, l
     if (it != s.map.end()) {
         inserted = false;
         entry& e = it->second;
-        s.lru.erase(s.lru.iterator_to(e));
-        s.lru.push_back(e);
-        if (e.kind_hook.is_linked()) {
-            auto& kl = s.kinds[k.kind].lru;
-            kl.erase(kl.iterator_to(e));
-            kl.push_back(e);
-        }
+        touch(s, e);
         if (e.state.expires <= now) e.state = {};  // its windows all passed
         return e;
     }
@@ -158,9 +162,9 @@ void memory_store::change_lease(const limit::check_request& r, limit::lease_chan
             auto& s = stripes_[stripe_of(r.keys[i].id)];
             auto it = s.map.find({r.keys[i].id, r.keys[i].kind});
             if (it == s.map.end()) continue;
-            // A renewal is a use: an identifier with requests in flight is not the least recent.
-            s.lru.erase(s.lru.iterator_to(it->second));
-            s.lru.push_back(it->second);
+            // A renewal is a use: an identifier with requests in flight is not the least recent
+            // (of the stripe, nor of its kind).
+            touch(s, it->second);
             reqs[n++] = {&it->second.state, r.keys[i].tiers};
         }
         if (c == limit::lease_change::release) {

@@ -95,6 +95,8 @@ private:
     // Evicts `kind`'s least recently used identifiers of the stripe beyond its share of
     // `max_values`, sparing those of `in_use`.
     void trim_kind(stripe& s, identity::kind kind, std::uint32_t max_values, std::span<entry* const> in_use);
+    // The most recently used of its stripe and of its kind.
+    void touch(stripe& s, entry& e);
     void sweep(stripe& s, limit::usec now);
     void erase(stripe& s, entry& e);
 

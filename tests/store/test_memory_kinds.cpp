@@ -155,3 +155,31 @@ TEST_CASE("memory store kinds: a refused request evicts no value of a bounded ki
     CHECK(check(std::span(&a, 1)));
     CHECK_FALSE(check(std::span(&a, 1)));
 }
+
+// As for max_keys (test_memory_store.cpp): a value with a request in flight is not the least
+// recent of its kind, or a flood of new values frees its concurrency slot.
+TEST_CASE("memory store kinds: a lease renewed is a use within the kind's bound too") {
+    usec now = T0;
+    memory_store s(100'000, [&] { return now; });
+    const identity::kind tenant = identity::kind_of("header:x-mem-lease");
+    config::tier_config c;
+    c.kind = "header:x-mem-lease";
+    c.algo = config::algorithm::concurrency;
+    c.limit = 1;
+    c.per = config::duration{30'000};
+    const std::vector<limit::tier> slots{limit::tier::from(c, "k/header:x-mem-lease/concurrency", "c")};
+    const limit::store_key busy{tenant, id_in(7, 1), slots, 128}, other{tenant, id_in(7, 2), slots, 128},
+        next{tenant, id_in(7, 3), slots, 128};
+    const auto take = [&](const limit::store_key& k, std::uint64_t lease) {
+        auto r = s.try_check({std::span(&k, 1), 1, false, lease});
+        REQUIRE(r);
+        return r->verdict.allowed;
+    };
+    CHECK(take(busy, 42));
+    CHECK(take(other, 43));  // busy is now the least recently used of the kind...
+    now += SEC;
+    s.change_lease({std::span(&busy, 1), 1, false, 42}, limit::lease_change::renew);  // ...until its renewal
+    CHECK(take(next, 44));  // the kind's two of the stripe: `other` goes
+    CHECK(evictions_of(s, tenant) == 1);
+    CHECK_FALSE(take(busy, 45));  // the slot is still held
+}
