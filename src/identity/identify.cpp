@@ -37,22 +37,38 @@ void identify_client(const clients& c, const http::message_head& req, const addr
     out.allow_listed = c.allow.contains(out.client);
 }
 
-// header: kinds: each configured field's first occurrence, without its surrounding blanks;
-// an empty or blank value is none.
+// A value given again: when it differs, the name is ambiguous (noted once).
+void again(std::size_t index, std::string_view value, const std::string& first, std::vector<std::size_t>& ambiguous) {
+    if (value != first && std::find(ambiguous.begin(), ambiguous.end(), index) == ambiguous.end())
+        ambiguous.push_back(index);
+}
+
+// Empty values are none, and so are ambiguous ones.
+void settle(std::vector<std::optional<std::string>>& values, const std::vector<std::size_t>& ambiguous) {
+    for (auto& v : values)
+        if (v && v->empty()) v.reset();
+    for (const std::size_t i : ambiguous) values[i].reset();
+}
+
+// header: kinds: each configured field's value, without its surrounding blanks; an empty or
+// blank value is none, and so is a field given twice with different values (ambiguous).
 void read_headers(const kind_names& names, const http::message_head& req, caller& out) {
     out.headers.assign(names.headers.size(), std::nullopt);
+    out.ambiguous_headers.clear();
     for (const auto& f : req.fields()) {
         const std::string_view name = req.name(f);
         const auto it = std::find_if(names.headers.begin(), names.headers.end(),
                                      [&](const std::string& n) { return base::iequals(n, name); });
         if (it == names.headers.end()) continue;
-        auto& slot = out.headers[static_cast<std::size_t>(it - names.headers.begin())];
-        if (slot) continue;  // the first occurrence counts
+        const auto index = static_cast<std::size_t>(it - names.headers.begin());
+        auto& slot = out.headers[index];
         const std::string_view v = base::trim(req.value(f));
-        slot.emplace(v);
+        if (slot)
+            again(index, v, *slot, out.ambiguous_headers);
+        else
+            slot.emplace(v);
     }
-    for (auto& v : out.headers)
-        if (v && v->empty()) v.reset();
+    settle(out.headers, out.ambiguous_headers);
 }
 
 // A query parameter's name or value as form decoders read it: '+' is a space and "%XX" the
@@ -77,12 +93,14 @@ void form_decode(std::string_view s, std::string& out) {
     }
 }
 
-// query: kinds: each configured parameter's first occurrence, form-decoded; a parameter
-// without a value, or an empty one, is none. Parameters are read one by one: a byte the URI
-// grammar does not allow or a bad escape in one of them hides no other (the upstream, whose
-// parser is likely as lenient, would still read it).
+// query: kinds: each configured parameter's value, form-decoded; a parameter without a value,
+// or an empty one, is none, and so is one given twice with different values (ambiguous).
+// Parameters are read one by one: a byte the URI grammar does not allow or a bad escape in
+// one of them hides no other (the upstream, whose parser is likely as lenient, would still
+// read it).
 void read_query(const kind_names& names, std::string_view target, caller& out) {
     out.queries.assign(names.queries.size(), std::nullopt);
+    out.ambiguous_queries.clear();
     const auto q = target.find('?');
     if (q == std::string_view::npos) return;
     std::string_view rest = target.substr(q + 1);
@@ -92,18 +110,19 @@ void read_query(const kind_names& names, std::string_view target, caller& out) {
         const auto amp = rest.find('&');
         const std::string_view param = rest.substr(0, amp);
         rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
-        const auto eq = param.find('=');
-        if (eq == std::string_view::npos) continue;  // no value: none
+        const auto eq = param.find('=');  // none: no value, as an empty one
         form_decode(param.substr(0, eq), key);
         const auto it = std::lower_bound(names.queries.begin(), names.queries.end(), key);
         if (it == names.queries.end() || *it != key) continue;
-        auto& slot = out.queries[static_cast<std::size_t>(it - names.queries.begin())];
-        if (slot) continue;  // the first occurrence counts
-        form_decode(param.substr(eq + 1), value);
-        slot.emplace(value);
+        const auto index = static_cast<std::size_t>(it - names.queries.begin());
+        auto& slot = out.queries[index];
+        form_decode(eq == std::string_view::npos ? std::string_view() : param.substr(eq + 1), value);
+        if (slot)
+            again(index, value, *slot, out.ambiguous_queries);
+        else
+            slot.emplace(value);
     }
-    for (auto& v : out.queries)
-        if (v && v->empty()) v.reset();
+    settle(out.queries, out.ambiguous_queries);
 }
 
 }  // namespace

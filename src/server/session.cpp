@@ -273,6 +273,8 @@ awaitable<after> session::phases() {
         case limit::outcome::kind::store_down: co_return co_await respond(fail::store_down);
         case limit::outcome::kind::missing:
             co_return co_await respond(fail::missing_identifier.with(req_.outcome.reason));
+        case limit::outcome::kind::ambiguous:
+            co_return co_await respond(fail::ambiguous_identifier.with(req_.outcome.reason));
     }
     co_return co_await exchange();
 }

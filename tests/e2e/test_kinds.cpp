@@ -103,6 +103,11 @@ TEST_CASE("kinds: header, query, claim, route and composite limits, each value o
     CHECK(third.status == 429);
     CHECK(json_of(third).at("policy").as_string() == "h");
     CHECK(f.get("/h", {{"X-Tenant", "globex"}}).status == 200);
+    // A fresh tenant first and the spent one after it: refused, not counted on the fresh one.
+    const auto two = f.get("/h", {{"X-Tenant", "fresh"}, {"X-Tenant", "acme"}});
+    CHECK(two.status == 400);
+    CHECK(json_of(two).at("error").as_string() == "ambiguous_identifier");
+    CHECK(f.get("/h", {{"X-Tenant", "acme"}, {"X-Tenant", "acme"}}).status == 429);
     // No header (or a blank one) is no tenant: skipped, so nothing limits the request.
     for (int i = 0; i < 4; ++i) {
         const auto bare = f.get("/h", i % 2 ? header_list{{"X-Tenant", "  "}} : header_list{});
@@ -113,7 +118,14 @@ TEST_CASE("kinds: header, query, claim, route and composite limits, each value o
     // query:key, percent-decoded: k%2F1 and k/1 are one value.
     CHECK(f.get("/q?key=k%2F1").status == 200);
     CHECK(f.get("/q?other=1&key=k/1").status == 200);
-    CHECK(f.get("/q?key=k/1&key=else").status == 429);  // the first occurrence counts
+    // A parameter given twice, differently: the upstream may read either, so neither counts
+    // and the request is refused; twice alike is one value.
+    const auto twice = f.get("/q?key=else&key=k/1");
+    CHECK(twice.status == 400);
+    CHECK(json_of(twice).at("error").as_string() == "ambiguous_identifier");
+    CHECK(json_of(twice).at("message").as_string() ==
+          "query:key given twice with different values: policy q cannot tell which to limit by");
+    CHECK(f.get("/q?key=k/1&key=k%2F1").status == 429);
     CHECK(f.get("/q?key=else").status == 200);
     // A byte the URI grammar does not allow, or a bad escape, in another parameter hides
     // nothing: "else" has had its two.

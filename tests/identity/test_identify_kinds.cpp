@@ -57,27 +57,30 @@ TEST_CASE("identify kinds: the names in use, sorted, once each") {
     CHECK(identity::names_used(policies_of({"ip+user", "route"})).empty());
 }
 
-TEST_CASE("identify kinds: header values, the first field of each name, blanks trimmed") {
+TEST_CASE("identify kinds: header values, blanks trimmed, one given twice differently is ambiguous") {
     config::clients_config cfg;
     cfg.allow = {{ip("192.0.2.128"), 25}};
     const identity::clients clients(cfg, policies_of({"header:X-Tenant", "header:X-Org+ip", "header:X-Empty"}));
     const auto req = request("/a", {{"x-tenant", "  acme corp "},
                                     {"X-Org", "org-1"},
                                     {"X-Tenant", "second"},
+                                    {"X-Org", " org-1"},
                                     {"X-Empty", " \t "},
                                     {"X-Other", "ignored"}});
     auto r = identity::identify(clients, req, ip("192.0.2.7"), true, 0);
     // clients.names.headers: x-empty, x-org, x-tenant
     REQUIRE(r.who.headers.size() == 3);
-    CHECK(r.who.headers[0] == none());  // blank is missing
-    CHECK(r.who.headers[1] == std::optional<std::string>("org-1"));
-    CHECK(r.who.headers[2] == std::optional<std::string>("acme corp"));
+    CHECK(r.who.headers[0] == none());                               // blank is missing
+    CHECK(r.who.headers[1] == std::optional<std::string>("org-1"));  // twice, alike: one value
+    CHECK(r.who.headers[2] == none());                               // twice, differently
+    CHECK(r.who.ambiguous_headers == std::vector<std::size_t>{2});
     CHECK(r.who.queries.empty());
     CHECK(r.who.claims.empty());
 
     auto absent = identity::identify(clients, request("/a", {}), ip("192.0.2.7"), true, 0);
     REQUIRE(absent.who.headers.size() == 3);
     CHECK(absent.who.headers[2] == none());
+    CHECK(absent.who.ambiguous_headers.empty());
 
     // Nothing is read for an unlimited route or an allow-listed client.
     CHECK(identity::identify(clients, req, ip("192.0.2.7"), false, 0).who.headers.empty());
@@ -87,20 +90,24 @@ TEST_CASE("identify kinds: header values, the first field of each name, blanks t
     CHECK(identity::identify(plain, req, ip("192.0.2.7"), true, 0).who.headers.empty());
 }
 
-TEST_CASE("identify kinds: query values, percent-decoded, the first of each name") {
+TEST_CASE("identify kinds: query values, percent-decoded, one given twice differently is ambiguous") {
     const config::clients_config cfg;
     const identity::clients clients(cfg, policies_of({"query:key", "query:q+ip", "query:flag", "query:a.b"}));
     // clients.names.queries: a.b, flag, key, q
     const auto at = [&](std::string_view target) {
         auto r = identity::identify(clients, request(target, {}), ip("192.0.2.7"), true, 0);
         REQUIRE(r.who.queries.size() == 4);
+        CHECK(r.who.ambiguous_queries.size() <= 1);
+        if (!r.who.ambiguous_queries.empty()) CHECK(r.who.queries[r.who.ambiguous_queries[0]] == none());
         return r.who.queries;
     };
     auto v = at("/s?key=k%2F1&q=hello+world&key=second&flag&a%2Eb=x");
     CHECK(v[0] == std::optional<std::string>("x"));  // the name is decoded too
     CHECK(v[1] == none());                           // no value is missing
-    CHECK(v[2] == std::optional<std::string>("k/1"));
+    CHECK(v[2] == none());                           // k/1, then second
     CHECK(v[3] == std::optional<std::string>("hello world"));
+    v = at("/s?key=k%2F1&key=k/1");
+    CHECK(v[2] == std::optional<std::string>("k/1"));  // two spellings of one value
     v = at("/s?key=&q=%41");
     CHECK(v[2] == none());  // empty is missing
     CHECK(v[3] == std::optional<std::string>("A"));
