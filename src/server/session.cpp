@@ -49,7 +49,11 @@ http::failure head_error(const http::request_parser& p, const error_code& ec) {
 
 // Answers a client may get on a connection that then stays open: the request was read
 // whole and understood; only its outcome was refused or failed.
-bool keeps_connection(const http::failure& f) { return f.status == 401 || f.status == 403 || f.status >= 500; }
+// (401, 403, a 400 for the identifier values the policy needs, and 5xx.)
+bool keeps_connection(const http::failure& f) {
+    return f.status == 401 || f.status == 403 || f.status >= 500 || f.code == fail::missing_identifier.code ||
+           f.code == fail::ambiguous_identifier.code;
+}
 
 // "post" is no method Beast knows, but an upstream that upper-cases methods reads POST:
 // a route limited to POST must not be walked around that way.
