@@ -71,7 +71,7 @@ backend pick_backend() {
 
 const std::string kinds_config = R"(clients:
   trusted_proxies: ["127.0.0.1/32"]
-  user: { jwt: { algorithms: [HS256], secret_env: SLUICE_KINDS_JWT } }
+  user: { api_key_header: X-API-Key, jwt: { algorithms: [HS256], secret_env: SLUICE_KINDS_JWT } }
 policies:
   h: { header:X-Tenant: [ {limit: 2, per: 1h, algorithm: log} ] }
   q: { query:key: [ {limit: 2, per: 1h, algorithm: log} ] }
@@ -142,6 +142,10 @@ TEST_CASE("kinds: header, query, claim, route and composite limits, each value o
     CHECK(f.get("/c", token("alice", "org-1")).status == 200);
     CHECK(f.get("/c", token("bob", "org-1")).status == 200);  // another user of the same org
     CHECK(f.get("/c", token("carol", "org-1")).status == 429);
+    // An API key beside the token names the user, but the token's org still counts.
+    auto keyed = token("carol", "org-1");
+    keyed.emplace_back("X-API-Key", "any-key");
+    CHECK(f.get("/c", keyed).status == 429);
     CHECK(f.get("/c", token("alice", "org-2")).status == 200);
     for (int i = 0; i < 3; ++i) CHECK(f.get("/c", token("dave", "")).status == 200);
     CHECK(f.get("/c", {{"Authorization", "Bearer " + hs256_token("not-the-secret", "eve", 600, {{"org", "x"}})}})

@@ -158,11 +158,20 @@ TEST_CASE("identify kinds: claims come from the JWT that verified, and only from
     CHECK(r.who.claims[2] == std::optional<std::string>("42"));
     CHECK(r.who.claims[3] == std::optional<std::string>("acme"));
 
-    // An API key names the user: the token is not read, so there are no claims.
+    // An API key names the user, but the token still verifies: its claims count. Else any key
+    // beside a token (any is taken without a key registry) would walk around a claim's limit
+    // while an upstream that reads the token serves its org.
     auto keyed = identity::identify(clients, request("/", {{"Authorization", bearer}, {"X-API-Key", "k1"}}),
                                     ip("192.0.2.7"), true, now);
     CHECK(keyed.who.user == "key:k1");
-    CHECK(keyed.who.claims.empty());
+    CHECK(keyed.who.claims == r.who.claims);
+    // Beside a key, a token that fails gives no claims (and no 401: the key named the user).
+    auto keyed_forged = identity::identify(
+        clients, request("/", {{"Authorization", bearer + "x"}, {"X-API-Key", "k1"}}), ip("192.0.2.7"), true, now);
+    CHECK_FALSE(keyed_forged.refused);
+    CHECK(keyed_forged.who.user == "key:k1");
+    REQUIRE(keyed_forged.who.claims.size() <= 4);
+    for (const auto& c : keyed_forged.who.claims) CHECK(c == none());
     // A token that fails is a 401, with no claims.
     auto forged =
         identity::identify(clients, request("/", {{"Authorization", bearer + "x"}}), ip("192.0.2.7"), true, now);
