@@ -356,3 +356,28 @@ routes:
     }
     CHECK(admitted >= values - static_cast<int>(held));
 }
+
+// A concurrency tier of a kind after ip, user and route (the request's third key or later):
+// the slot is given back when the answer ends, and renewed while it runs, as ip's and user's.
+TEST_CASE("kinds: a concurrency tier of another kind gives its slot back when the answer ends") {
+    const backend b = pick_backend();
+    CAPTURE(b.name);
+    kinds_fixture f(R"(clients:
+  trusted_proxies: ["127.0.0.1/32"]
+  user: { api_key_header: X-API-Key }
+policies:
+  api:
+    ip: [ {limit: 100, per: 1h, algorithm: log} ]
+    user: [ {limit: 100, per: 1h, algorithm: log} ]
+    route: [ {limit: 100, per: 1h, algorithm: log} ]
+    header:X-Tenant: [ {concurrency: 1, lease: 1h} ]
+routes:
+  - { match: { path_prefix: / }, policy: api }
+)",
+                    b.port());
+    for (int i = 0; i < 5; ++i) {
+        const auto r = f.get("/", {{"X-Tenant", "acme"}, {"X-API-Key", "k1"}});
+        CHECK(r.status == 200);
+        CHECK(remaining(r, "header:x-tenant-concurrency") == 0);
+    }
+}
