@@ -50,23 +50,34 @@ void settle(std::vector<std::optional<std::string>>& values, const std::vector<s
     for (const std::size_t i : ambiguous) values[i].reset();
 }
 
+// A field name as CGI-style servers (PHP, Django, Rack, WSGI) read it: case and '_' for '-'
+// aside (X_Tenant is their HTTP_X_TENANT, as X-Tenant is).
+bool same_field(std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    const auto fold = [](char c) { return c == '_' ? '-' : base::ascii_lower(c); };
+    for (std::size_t i = 0; i < a.size(); ++i)
+        if (fold(a[i]) != fold(b[i])) return false;
+    return true;
+}
+
 // header: kinds: each configured field's value, without its surrounding blanks; an empty or
-// blank value is none, and so is a field given twice with different values (ambiguous).
+// blank value is none, and so is a field given twice with different values (ambiguous). A
+// name written with '_' for '-' is the same field (same_field).
 void read_headers(const kind_names& names, const http::message_head& req, caller& out) {
     out.headers.assign(names.headers.size(), std::nullopt);
     out.ambiguous_headers.clear();
     for (const auto& f : req.fields()) {
         const std::string_view name = req.name(f);
-        const auto it = std::find_if(names.headers.begin(), names.headers.end(),
-                                     [&](const std::string& n) { return base::iequals(n, name); });
-        if (it == names.headers.end()) continue;
-        const auto index = static_cast<std::size_t>(it - names.headers.begin());
-        auto& slot = out.headers[index];
-        const std::string_view v = base::trim(req.value(f));
-        if (slot)
-            again(index, v, *slot, out.ambiguous_headers);
-        else
-            slot.emplace(v);
+        // Every configured name it is (X_A and X-A may both be configured).
+        for (std::size_t index = 0; index < names.headers.size(); ++index) {
+            if (!same_field(names.headers[index], name)) continue;
+            auto& slot = out.headers[index];
+            const std::string_view v = base::trim(req.value(f));
+            if (slot)
+                again(index, v, *slot, out.ambiguous_headers);
+            else
+                slot.emplace(v);
+        }
     }
     settle(out.headers, out.ambiguous_headers);
 }

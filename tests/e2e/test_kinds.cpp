@@ -108,6 +108,13 @@ TEST_CASE("kinds: header, query, claim, route and composite limits, each value o
     CHECK(two.status == 400);
     CHECK(json_of(two).at("error").as_string() == "ambiguous_identifier");
     CHECK(f.get("/h", {{"X-Tenant", "acme"}, {"X-Tenant", "acme"}}).status == 429);
+    // X_Tenant reaches the upstream, where CGI-style servers read it as X-Tenant: so does the
+    // limit.
+    CHECK(f.get("/h", {{"X_Tenant", "acme"}}).status == 429);
+    const auto underscored = f.get("/h", {{"X_Tenant", "initech"}});
+    CHECK(underscored.status == 200);
+    CHECK(remaining(underscored, "header:x-tenant-1h") == 1);
+    CHECK(echoed(json_of(underscored), "X_Tenant") == "initech");
     // No header (or a blank one) is no tenant: skipped, so nothing limits the request.
     for (int i = 0; i < 4; ++i) {
         const auto bare = f.get("/h", i % 2 ? header_list{{"X-Tenant", "  "}} : header_list{});

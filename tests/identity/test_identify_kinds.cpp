@@ -200,3 +200,26 @@ TEST_CASE("identify kinds: one odd parameter does not hide another") {
     CHECK(tenant("/s?tenant=vic%zztim") == std::optional<std::string>("vic%zztim"));
     CHECK(tenant("/s?tenant=100%") == std::optional<std::string>("100%"));
 }
+
+// CGI-style servers (PHP, Django, Rack, any WSGI app) read X_Tenant and X-Tenant as one
+// field, HTTP_X_TENANT: a limit by header:X-Tenant must see X_Tenant too, or a caller
+// writes the name with '_' and walks around it.
+TEST_CASE("identify kinds: a header name with '_' for '-' is the same field") {
+    const config::clients_config cfg;
+    const identity::clients clients(cfg, policies_of({"header:X-Tenant"}));
+    const auto read = [&](std::initializer_list<std::pair<std::string_view, std::string_view>> fields) {
+        auto r = identity::identify(clients, request("/", fields), ip("192.0.2.7"), true, 0);
+        REQUIRE(r.who.headers.size() == 1);
+        return r.who;
+    };
+    CHECK(read({{"X_Tenant", "victim"}}).headers[0] == std::optional<std::string>("victim"));
+    const auto both = read({{"X-Tenant", "fresh"}, {"x_tenant", "victim"}});
+    CHECK(both.headers[0] == none());
+    CHECK(both.ambiguous_headers == std::vector<std::size_t>{0});
+    CHECK(read({{"X-Tenant", "acme"}, {"X_TENANT", "acme"}}).headers[0] == std::optional<std::string>("acme"));
+    CHECK(read({{"X-Tenantx", "acme"}}).headers[0] == none());
+    // Two kinds whose names differ by '_' alone both read the field.
+    const identity::clients two(cfg, policies_of({"header:X-A", "header:X_A"}));
+    auto r = identity::identify(two, request("/", {{"x_a", "v"}}), ip("192.0.2.7"), true, 0);
+    CHECK(r.who.headers == std::vector<std::optional<std::string>>{"v", "v"});
+}
