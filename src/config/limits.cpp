@@ -233,7 +233,16 @@ struct deferred_entry {
     node_ref value;
 };
 
+// One kind named twice in a mapping, in two spellings (header names compare in lower case):
+// refused, or which one holds would depend on their order.
+void named_once(std::vector<std::pair<std::string, std::string>>& seen, const std::string& text, const node_ref& v) {
+    for (const auto& [t, path] : seen)
+        if (t == text) v.fail_at_key("the same kind as " + path + " (" + text + ")");
+    seen.emplace_back(text, v.path());
+}
+
 void settle_on_missing(policy_config& p, const std::vector<deferred_entry>& entries) {
+    std::vector<std::pair<std::string, std::string>> seen;
     for (const auto& [key, v] : entries) {
         const auto choice = static_cast<on_missing>(schema::read_choice_index(v, {"skip", "refuse"}));
         if (key == "ip") v.fail_at_key(ip_never_missing);
@@ -243,16 +252,19 @@ void settle_on_missing(policy_config& p, const std::vector<deferred_entry>& entr
             continue;
         }
         const kind_spec* spec = limited_kind(p, v, key);
+        named_once(seen, spec->text, v);
         for (auto& k : p.kinds)
             if (&k.spec == spec) k.missing = choice;
     }
 }
 
 void settle_max_values(policy_config& p, const std::vector<deferred_entry>& entries) {
+    std::vector<std::pair<std::string, std::string>> seen;
     for (const auto& [key, v] : entries) {
         const std::uint64_t n = schema::read_uint(v, min_max_values, max_max_values);
         const kind_spec* spec = limited_kind(p, v, key);
         if (spec == nullptr || !bounded_kind(*spec)) v.fail_at_key(max_values_unbounded_kind);
+        named_once(seen, spec->text, v);
         for (auto& k : p.kinds)
             if (&k.spec == spec) k.max_values = n;
     }

@@ -47,6 +47,10 @@ struct caller {
     // one per name of clients::names in its order; nullopt where the request has none. Filled
     // as `user` is: only for a limited route and a client not allow-listed (else empty).
     std::vector<std::optional<std::string>> headers, claims, queries;
+    // The header fields and query parameters (indices into clients::names) the request gives
+    // twice with different values: none of them in `headers` or `queries`, and a kind that
+    // needs one refuses the request (the limiter and the upstream could each read another).
+    std::vector<std::size_t> ambiguous_headers, ambiguous_queries;
 };
 
 }  // namespace sluice::identity

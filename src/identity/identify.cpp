@@ -3,8 +3,6 @@
 #include "base/text.hpp"
 
 #include <boost/beast/core/string.hpp>
-#include <boost/url/params_view.hpp>
-#include <boost/url/parse_query.hpp>
 
 #include <algorithm>
 #include <optional>
@@ -39,46 +37,103 @@ void identify_client(const clients& c, const http::message_head& req, const addr
     out.allow_listed = c.allow.contains(out.client);
 }
 
-// header: kinds: each configured field's first occurrence, without its surrounding blanks;
-// an empty or blank value is none.
-void read_headers(const kind_names& names, const http::message_head& req, caller& out) {
-    out.headers.assign(names.headers.size(), std::nullopt);
-    for (const auto& f : req.fields()) {
-        const std::string_view name = req.name(f);
-        const auto it = std::find_if(names.headers.begin(), names.headers.end(),
-                                     [&](const std::string& n) { return base::iequals(n, name); });
-        if (it == names.headers.end()) continue;
-        auto& slot = out.headers[static_cast<std::size_t>(it - names.headers.begin())];
-        if (slot) continue;  // the first occurrence counts
-        const std::string_view v = base::trim(req.value(f));
-        slot.emplace(v);
-    }
-    for (auto& v : out.headers)
-        if (v && v->empty()) v.reset();
+// A value given again: when it differs, the name is ambiguous (noted once).
+void again(std::size_t index, std::string_view value, const std::string& first, std::vector<std::size_t>& ambiguous) {
+    if (value != first && std::find(ambiguous.begin(), ambiguous.end(), index) == ambiguous.end())
+        ambiguous.push_back(index);
 }
 
-// query: kinds: each configured parameter's first occurrence, percent-decoded ('+' as a
-// space, as forms write it); a parameter without a value, or an empty one, is none. A query
-// that does not parse gives none.
+// Empty values are none, and so are ambiguous ones.
+void settle(std::vector<std::optional<std::string>>& values, const std::vector<std::size_t>& ambiguous) {
+    for (auto& v : values)
+        if (v && v->empty()) v.reset();
+    for (const std::size_t i : ambiguous) values[i].reset();
+}
+
+// A field name as CGI-style servers (PHP, Django, Rack, WSGI) read it: case and '_' for '-'
+// aside (X_Tenant is their HTTP_X_TENANT, as X-Tenant is).
+bool same_field(std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    const auto fold = [](char c) { return c == '_' ? '-' : base::ascii_lower(c); };
+    for (std::size_t i = 0; i < a.size(); ++i)
+        if (fold(a[i]) != fold(b[i])) return false;
+    return true;
+}
+
+// header: kinds: each configured field's value, without its surrounding blanks; an empty or
+// blank value is none, and so is a field given twice with different values (ambiguous). A
+// name written with '_' for '-' is the same field (same_field).
+void read_headers(const kind_names& names, const http::message_head& req, caller& out) {
+    out.headers.assign(names.headers.size(), std::nullopt);
+    out.ambiguous_headers.clear();
+    for (const auto& f : req.fields()) {
+        const std::string_view name = req.name(f);
+        // Every configured name it is (X_A and X-A may both be configured).
+        for (std::size_t index = 0; index < names.headers.size(); ++index) {
+            if (!same_field(names.headers[index], name)) continue;
+            auto& slot = out.headers[index];
+            const std::string_view v = base::trim(req.value(f));
+            if (slot)
+                again(index, v, *slot, out.ambiguous_headers);
+            else
+                slot.emplace(v);
+        }
+    }
+    settle(out.headers, out.ambiguous_headers);
+}
+
+// A query parameter's name or value as form decoders read it: '+' is a space and "%XX" the
+// byte XX; a '%' not followed by two hex digits stays as written (as lenient servers keep
+// it), so a bad escape changes the value instead of hiding it.
+void form_decode(std::string_view s, std::string& out) {
+    const auto hex = [](char c) {
+        if (c >= '0' && c <= '9') return c - '0';
+        c = base::ascii_lower(c);
+        return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    };
+    out.clear();
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '+') {
+            out += ' ';
+        } else if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+            out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+            i += 2;
+        } else {
+            out += s[i];
+        }
+    }
+}
+
+// query: kinds: each configured parameter's value, form-decoded; a parameter without a value,
+// or an empty one, is none, and so is one given twice with different values (ambiguous).
+// Parameters are read one by one: a byte the URI grammar does not allow or a bad escape in
+// one of them hides no other (the upstream, whose parser is likely as lenient, would still
+// read it).
 void read_query(const kind_names& names, std::string_view target, caller& out) {
     out.queries.assign(names.queries.size(), std::nullopt);
+    out.ambiguous_queries.clear();
     const auto q = target.find('?');
     if (q == std::string_view::npos) return;
     std::string_view rest = target.substr(q + 1);
-    // A string of its own: Boost 1.81's parse_query() reads its argument as a C string (up
-    // to a NUL), past the end of a view into the head.
-    const std::string query(rest.substr(0, rest.find('#')));
-    if (!boost::urls::parse_query(query)) return;
-    boost::urls::encoding_opts plus_is_space;
-    plus_is_space.space_as_plus = true;
-    for (const auto& param : boost::urls::params_view(query, plus_is_space)) {
-        const auto it = std::lower_bound(names.queries.begin(), names.queries.end(), param.key);
-        if (it == names.queries.end() || *it != param.key) continue;
-        auto& slot = out.queries[static_cast<std::size_t>(it - names.queries.begin())];
-        if (!slot) slot.emplace(param.value);
+    rest = rest.substr(0, rest.find('#'));
+    std::string key, value;
+    while (!rest.empty()) {
+        const auto amp = rest.find('&');
+        const std::string_view param = rest.substr(0, amp);
+        rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+        const auto eq = param.find('=');  // none: no value, as an empty one
+        form_decode(param.substr(0, eq), key);
+        const auto it = std::lower_bound(names.queries.begin(), names.queries.end(), key);
+        if (it == names.queries.end() || *it != key) continue;
+        const auto index = static_cast<std::size_t>(it - names.queries.begin());
+        auto& slot = out.queries[index];
+        form_decode(eq == std::string_view::npos ? std::string_view() : param.substr(eq + 1), value);
+        if (slot)
+            again(index, value, *slot, out.ambiguous_queries);
+        else
+            slot.emplace(value);
     }
-    for (auto& v : out.queries)
-        if (v && v->empty()) v.reset();
+    settle(out.queries, out.ambiguous_queries);
 }
 
 }  // namespace

@@ -50,6 +50,13 @@ user_result user_resolver::resolve(std::string_view api_key_value, std::optional
                                    std::int64_t now_unix_seconds, std::string_view certificate,
                                    std::span<const std::string> claims) const {
     user_result r;
+    // A token beside the key that named the user: its claims count when it verifies (else a
+    // key beside a token, any key without a registry, would walk around a claim's limit).
+    const auto token_claims = [&] {
+        if (claims.empty() || !jwt_ || !jwt_header_value) return;
+        auto v = jwt_->verify(*jwt_header_value, now_unix_seconds, claims);
+        if (v.status == jwt_verifier::result::status::ok) r.claims = std::move(v.claims);
+    };
     if (!api_key_header_.empty() && !api_key_value.empty()) {
         if (!registry_.empty() || require_known_) {
             if (auto it = registry_.find(sha256_of(api_key_value)); it != registry_.end()) {
@@ -57,6 +64,7 @@ user_result user_resolver::resolve(std::string_view api_key_value, std::optional
                 r.id.reserve(5 + it->second.user.size());
                 r.id.append("user:").append(it->second.user);
                 r.plan = it->second.plan;
+                token_claims();
                 return r;
             }
             if (require_known_) {
@@ -68,6 +76,7 @@ user_result user_resolver::resolve(std::string_view api_key_value, std::optional
         r.status = user_result::status::ok;
         r.id.reserve(4 + api_key_value.size());
         r.id.append("key:").append(api_key_value);
+        token_claims();
         return r;
     }
     if (jwt_ && jwt_header_value) {

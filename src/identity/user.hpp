@@ -29,8 +29,8 @@ struct user_result {
     std::string id;
     std::string reason;
     std::string plan;
-    // ok from a JWT: the values of the claims resolve() was asked for, in order (jwt_verifier);
-    // else empty.
+    // ok from a JWT, or from an API key beside a JWT that verifies: the values of the claims
+    // resolve() was asked for, in order (jwt_verifier); else empty.
     std::vector<std::optional<std::string>> claims;
 };
 
@@ -51,7 +51,7 @@ public:
 
     // `certificate`: the name a verified client certificate gives ("" = none), taken after
     // an API key and a JWT: "cert:<name>". `claims`: the JWT claims to read besides the user's
-    // (claim:<name> kinds), when a JWT names the user.
+    // (claim:<name> kinds), from a JWT that verifies, whether it or an API key names the user.
     user_result resolve(std::string_view api_key_value,  // "" if absent
                         std::optional<std::string_view> jwt_header_value, std::int64_t now_unix_seconds,
                         std::string_view certificate = {}, std::span<const std::string> claims = {}) const;

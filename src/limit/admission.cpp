@@ -20,6 +20,7 @@ const char* to_string(decision_kind d) {
         case decision_kind::forbidden: return "forbidden";
         case decision_kind::store_error: return "store_error";
         case decision_kind::missing: return "missing";
+        case decision_kind::ambiguous: return "ambiguous";
     }
     return "";
 }
@@ -114,17 +115,33 @@ void admission::refuse_missing(outcome& out, std::string why) {
     out.reason = std::move(why);
 }
 
+bool admission::ambiguous(const kind_tiers& k, std::size_t i) const {
+    const std::vector<std::size_t>* list = nullptr;
+    if (k.spec.parts[i].what == identity::part_kind::header) list = &who_->ambiguous_headers;
+    if (k.spec.parts[i].what == identity::part_kind::query) list = &who_->ambiguous_queries;
+    return list != nullptr && std::find(list->begin(), list->end(), k.slot[i]) != list->end();
+}
+
 // Out of prepare(): a policy of ip and user alone keeps its path short.
 bool admission::add_kinds(const admission_context& ctx, const policy& p, std::size_t& n, outcome& out) {
     for (const kind_tiers& k : p.kinds) {
         part_values values;
         if (const std::size_t missing = values_of(ctx, k, values); missing != no_key) {
-            if (!k.refuse_missing || p.shadow) continue;
-            std::string why = "missing ";
+            const bool twice = ambiguous(k, missing);
+            if ((!k.refuse_missing && !twice) || p.shadow) continue;
+            std::string why = twice ? "" : "missing ";
             config::append_part_text(why, k.spec.parts[missing]);
             if (k.spec.composite()) why.append(" (of ").append(k.spec.text).append(")");
-            why.append(": policy ").append(p.name).append(" refuses requests without it");
-            refuse_missing(out, std::move(why));
+            if (twice) {
+                why.append(" given twice with different values: policy ").append(p.name);
+                why.append(" cannot tell which to limit by");
+                out.what = outcome::kind::ambiguous;
+                out.decision = decision_kind::ambiguous;
+                out.reason = std::move(why);
+            } else {
+                why.append(": policy ").append(p.name).append(" refuses requests without it");
+                refuse_missing(out, std::move(why));
+            }
             return false;
         }
         std::string_view input = values[0];

@@ -25,7 +25,8 @@ namespace sluice::limit {
 // What became of a request's limits, as the access log names it (to_string()). none: not
 // limited (no route, an unlimited route, or no identifier to limit); unauthorized: the
 // identify phase refused the credentials, so the limits were never asked.
-// missing: a kind with on_missing: refuse had no value (400).
+// missing: a kind with on_missing: refuse had no value (400); ambiguous: a kind's header
+// field or query parameter was given twice with different values (400).
 enum class decision_kind {
     none,
     bypass,
@@ -35,17 +36,19 @@ enum class decision_kind {
     unauthorized,
     forbidden,
     store_error,
-    missing
+    missing,
+    ambiguous
 };
 
 const char* to_string(decision_kind d);
 
 struct outcome {
-    // missing: a value the policy requires is missing (400; on_missing: refuse).
-    enum class kind { pass, limited, forbidden, store_down, missing } what = kind::pass;
+    // missing: a value the policy requires is missing (400; on_missing: refuse); ambiguous: a
+    // value the policy limits by is given twice, differently (400).
+    enum class kind { pass, limited, forbidden, store_down, missing, ambiguous } what = kind::pass;
     std::string fields;              // rate-limit response fields ("Name: value\r\n" lines)
     std::int64_t retry_after_s = 0;  // limited
-    std::string reason;              // forbidden and missing: why, safe to show the client
+    std::string reason;              // forbidden, missing and ambiguous: why, safe to show the client
     decision_kind decision = decision_kind::none;
     // The identifier named in the access log (none: no identifier): the one whose tier refused
     // (the last in request order when several did), else the user, else the address, else the
@@ -82,7 +85,8 @@ class admission {
 public:
     // Returns true when the store must be asked (request() is then ready); false when the
     // outcome is already known (allow-listed, no identifier to limit, 403 for a user whose
-    // plan the policy has no tiers for, or 400 for a value the policy refuses to go without).
+    // plan the policy has no tiers for, or 400 for a value the policy refuses to go without or
+    // a value given twice with different values).
     // The request's keys: ip, user, then the policy's other kinds in file order, each kind
     // whose value the caller lacks left out (on_missing: skip). `route`: the route's name,
     // the value of the route kind (null: none; a pointer, not a view, which as a seventh
@@ -106,6 +110,8 @@ private:
     // Adds the keys of p's other kinds after keys_[0, n); false when one refuses a missing value.
     bool add_kinds(const admission_context& ctx, const policy& p, std::size_t& n, outcome& out);
     static void refuse_missing(outcome& out, std::string why);
+    // Whether part `i` of `k` lacks a value because the request gave it twice, differently.
+    bool ambiguous(const kind_tiers& k, std::size_t i) const;
     // The key whose tier refused (the last in request order when several did), or npos.
     std::size_t refusing_key(const decision& d) const;
     void set_key(std::size_t i, identity::kind kind, const digest& id, std::span<const tier> tiers,

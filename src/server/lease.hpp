@@ -6,6 +6,7 @@
 #pragma once
 
 #include "http/deadline_sweep.hpp"
+#include "limit/admission.hpp"
 #include "limit/store.hpp"
 #include "metrics/metrics.hpp"
 
@@ -41,7 +42,7 @@ private:
     limit::store* store_ = nullptr;
     metrics::shard* metrics_ = nullptr;
     std::shared_ptr<const snapshot> snap_;
-    std::array<limit::store_key, 2> keys_{};
+    std::array<limit::store_key, limit::max_request_keys> keys_{};  // every key: a slot may be any kind's
     limit::check_request r_;
     http::clock::duration every_{};
     http::clock::time_point due_{};

@@ -49,7 +49,11 @@ http::failure head_error(const http::request_parser& p, const error_code& ec) {
 
 // Answers a client may get on a connection that then stays open: the request was read
 // whole and understood; only its outcome was refused or failed.
-bool keeps_connection(const http::failure& f) { return f.status == 401 || f.status == 403 || f.status >= 500; }
+// (401, 403, a 400 for the identifier values the policy needs, and 5xx.)
+bool keeps_connection(const http::failure& f) {
+    return f.status == 401 || f.status == 403 || f.status >= 500 || f.code == fail::missing_identifier.code ||
+           f.code == fail::ambiguous_identifier.code;
+}
 
 // "post" is no method Beast knows, but an upstream that upper-cases methods reads POST:
 // a route limited to POST must not be walked around that way.
@@ -273,6 +277,8 @@ awaitable<after> session::phases() {
         case limit::outcome::kind::store_down: co_return co_await respond(fail::store_down);
         case limit::outcome::kind::missing:
             co_return co_await respond(fail::missing_identifier.with(req_.outcome.reason));
+        case limit::outcome::kind::ambiguous:
+            co_return co_await respond(fail::ambiguous_identifier.with(req_.outcome.reason));
     }
     co_return co_await exchange();
 }

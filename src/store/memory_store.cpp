@@ -61,6 +61,16 @@ void memory_store::maintain(stripe& s, limit::usec now) {
     }
 }
 
+void memory_store::touch(stripe& s, entry& e) {
+    s.lru.erase(s.lru.iterator_to(e));
+    s.lru.push_back(e);
+    if (e.kind_hook.is_linked()) {
+        auto& kl = s.kinds[e.key.kind].lru;
+        kl.erase(kl.iterator_to(e));
+        kl.push_back(e);
+    }
+}
+
 memory_store::entry& memory_store::find_or_insert(stripe& s, const map_key& k, limit::usec now, bool& inserted,
                                                   std::span<entry* const> in_use, std::uint32_t max_values) {
     const auto used = [&](entry& e) { return std::find(in_use.begin(), in_use.end(), &e) != in_use.end(); };
@@ -68,24 +78,9 @@ memory_store::entry& memory_store::find_or_insert(stripe& s, const map_key& k, l
     if (it != s.map.end()) {
         inserted = false;
         entry& e = it->second;
-        s.lru.erase(s.lru.iterator_to(e));
-        s.lru.push_back(e);
-        if (e.kind_hook.is_linked()) {
-            auto& kl = s.kinds[k.kind].lru;
-            kl.erase(kl.iterator_to(e));
-            kl.push_back(e);
-        }
+        touch(s, e);
         if (e.state.expires <= now) e.state = {};  // its windows all passed
         return e;
-    }
-    kind_lru* bounded = nullptr;
-    if (max_values > 0) {
-        bounded = &s.kinds[k.kind];
-        const std::size_t per_stripe = (max_values + stripe_count - 1) / stripe_count;
-        while (bounded->lru.size() >= per_stripe && !used(bounded->lru.front())) {
-            erase(s, bounded->lru.front());
-            ++bounded->evictions;
-        }
     }
     if (s.map.size() >= max_per_stripe_ && !used(s.lru.front())) {
         erase(s, s.lru.front());
@@ -95,9 +90,20 @@ memory_store::entry& memory_store::find_or_insert(stripe& s, const map_key& k, l
     auto [pos, ok] = s.map.try_emplace(k);
     pos->second.key = k;
     s.lru.push_back(pos->second);
-    if (bounded != nullptr) bounded->lru.push_back(pos->second);
+    // Its kind's bound is kept once the request is decided (trim_kind): a refused request
+    // keeps nothing of a new value, and must evict no other.
+    if (max_values > 0) s.kinds[k.kind].lru.push_back(pos->second);
     s.size.store(s.map.size(), std::memory_order_relaxed);
     return pos->second;
+}
+
+void memory_store::trim_kind(stripe& s, identity::kind kind, std::uint32_t max_values, std::span<entry* const> in_use) {
+    kind_lru& k = s.kinds[kind];
+    const std::size_t per_stripe = (max_values + stripe_count - 1) / stripe_count;
+    while (k.lru.size() > per_stripe && std::find(in_use.begin(), in_use.end(), &k.lru.front()) == in_use.end()) {
+        erase(s, k.lru.front());
+        ++k.evictions;
+    }
 }
 
 template <class Fn>
@@ -130,9 +136,20 @@ std::optional<limit::check_result> memory_store::try_check(const limit::check_re
         }
         out.verdict = limit::decide(std::span(reqs.data(), n), now, r.cost, r.count_rejected, r.lease,
                                     r.want_receipt ? &out.taken : nullptr);
-        // A key created for a request that was then denied holds nothing: drop it again.
+        // A key created for a request that was then denied holds nothing: drop it again. One
+        // kept makes room within its kind's bound.
+        for (std::size_t i = 0; i < n; ++i) {
+            if (!inserted[i]) continue;
+            auto& s = stripes_[stripe_of(r.keys[i].id)];
+            if (entries[i]->state.tiers.empty()) {
+                erase(s, *entries[i]);
+                entries[i] = nullptr;
+            }
+        }
         for (std::size_t i = 0; i < n; ++i)
-            if (inserted[i] && entries[i]->state.tiers.empty()) erase(stripes_[stripe_of(r.keys[i].id)], *entries[i]);
+            if (inserted[i] && entries[i] != nullptr && r.keys[i].max_values > 0)
+                trim_kind(stripes_[stripe_of(r.keys[i].id)], r.keys[i].kind, r.keys[i].max_values,
+                          std::span(entries.data(), n));
     });
     return out;
 }
@@ -145,9 +162,9 @@ void memory_store::change_lease(const limit::check_request& r, limit::lease_chan
             auto& s = stripes_[stripe_of(r.keys[i].id)];
             auto it = s.map.find({r.keys[i].id, r.keys[i].kind});
             if (it == s.map.end()) continue;
-            // A renewal is a use: an identifier with requests in flight is not the least recent.
-            s.lru.erase(s.lru.iterator_to(it->second));
-            s.lru.push_back(it->second);
+            // A renewal is a use: an identifier with requests in flight is not the least recent
+            // (of the stripe, nor of its kind).
+            touch(s, it->second);
             reqs[n++] = {&it->second.state, r.keys[i].tiers};
         }
         if (c == limit::lease_change::release) {

@@ -7,8 +7,8 @@
 // identifier of the full stripe is evicted and starts afresh on its next request. A key
 // with max_values (a kind whose values the caller chooses) is also bounded within its kind:
 // each stripe holds at most ceil(max_values / stripe_count) identifiers of the kind, and a new
-// one beyond evicts the stripe's least recently used identifier of that kind (counted per
-// kind: kind_evictions()).
+// one kept beyond (an admitted request's; a refused one keeps none) evicts the stripe's least
+// recently used identifier of that kind (counted per kind: kind_evictions()).
 //
 // Thread: try_check() and keys_held() from any thread.
 #pragma once
@@ -92,6 +92,11 @@ private:
     // `max_values`: the key's kind's bound (store_key::max_values; 0: none).
     entry& find_or_insert(stripe& s, const map_key& k, limit::usec now, bool& inserted, std::span<entry* const> in_use,
                           std::uint32_t max_values = 0);
+    // Evicts `kind`'s least recently used identifiers of the stripe beyond its share of
+    // `max_values`, sparing those of `in_use`.
+    void trim_kind(stripe& s, identity::kind kind, std::uint32_t max_values, std::span<entry* const> in_use);
+    // The most recently used of its stripe and of its kind.
+    void touch(stripe& s, entry& e);
     void sweep(stripe& s, limit::usec now);
     void erase(stripe& s, entry& e);
 

@@ -144,6 +144,13 @@ TEST_CASE("policy kinds: on_missing and max_values") {
           "user or route: store.memory.max_keys bounds them)");
     CHECK(policy("    max_values: { query:q: 1000 }\n") ==
           "inline.yaml:7:19: policies.api.max_values.query:q: the policy has no tiers for query:q");
+    // One kind in two spellings: which one holds must not depend on the order.
+    CHECK(policy("    on_missing: { header:x-tenant: refuse, header:X-Tenant: skip }\n") ==
+          "inline.yaml:7:44: policies.api.on_missing.header:X-Tenant: the same kind as "
+          "policies.api.on_missing.header:x-tenant (header:x-tenant)");
+    CHECK(policy("    max_values: { header:x-tenant: 64, header:X-TENANT: 100000 }\n") ==
+          "inline.yaml:7:40: policies.api.max_values.header:X-TENANT: the same kind as "
+          "policies.api.max_values.header:x-tenant (header:x-tenant)");
 }
 
 TEST_CASE("policy kinds: a route's cost fits every kind's tiers") {

@@ -71,7 +71,7 @@ backend pick_backend() {
 
 const std::string kinds_config = R"(clients:
   trusted_proxies: ["127.0.0.1/32"]
-  user: { jwt: { algorithms: [HS256], secret_env: SLUICE_KINDS_JWT } }
+  user: { api_key_header: X-API-Key, jwt: { algorithms: [HS256], secret_env: SLUICE_KINDS_JWT } }
 policies:
   h: { header:X-Tenant: [ {limit: 2, per: 1h, algorithm: log} ] }
   q: { query:key: [ {limit: 2, per: 1h, algorithm: log} ] }
@@ -103,6 +103,18 @@ TEST_CASE("kinds: header, query, claim, route and composite limits, each value o
     CHECK(third.status == 429);
     CHECK(json_of(third).at("policy").as_string() == "h");
     CHECK(f.get("/h", {{"X-Tenant", "globex"}}).status == 200);
+    // A fresh tenant first and the spent one after it: refused, not counted on the fresh one.
+    const auto two = f.get("/h", {{"X-Tenant", "fresh"}, {"X-Tenant", "acme"}});
+    CHECK(two.status == 400);
+    CHECK(json_of(two).at("error").as_string() == "ambiguous_identifier");
+    CHECK(f.get("/h", {{"X-Tenant", "acme"}, {"X-Tenant", "acme"}}).status == 429);
+    // X_Tenant reaches the upstream, where CGI-style servers read it as X-Tenant: so does the
+    // limit.
+    CHECK(f.get("/h", {{"X_Tenant", "acme"}}).status == 429);
+    const auto underscored = f.get("/h", {{"X_Tenant", "initech"}});
+    CHECK(underscored.status == 200);
+    CHECK(remaining(underscored, "header:x-tenant-1h") == 1);
+    CHECK(echoed(json_of(underscored), "X_Tenant") == "initech");
     // No header (or a blank one) is no tenant: skipped, so nothing limits the request.
     for (int i = 0; i < 4; ++i) {
         const auto bare = f.get("/h", i % 2 ? header_list{{"X-Tenant", "  "}} : header_list{});
@@ -113,8 +125,19 @@ TEST_CASE("kinds: header, query, claim, route and composite limits, each value o
     // query:key, percent-decoded: k%2F1 and k/1 are one value.
     CHECK(f.get("/q?key=k%2F1").status == 200);
     CHECK(f.get("/q?other=1&key=k/1").status == 200);
-    CHECK(f.get("/q?key=k/1&key=else").status == 429);  // the first occurrence counts
+    // A parameter given twice, differently: the upstream may read either, so neither counts
+    // and the request is refused; twice alike is one value.
+    const auto twice = f.get("/q?key=else&key=k/1");
+    CHECK(twice.status == 400);
+    CHECK(json_of(twice).at("error").as_string() == "ambiguous_identifier");
+    CHECK(json_of(twice).at("message").as_string() ==
+          "query:key given twice with different values: policy q cannot tell which to limit by");
+    CHECK(f.get("/q?key=k/1&key=k%2F1").status == 429);
     CHECK(f.get("/q?key=else").status == 200);
+    // A byte the URI grammar does not allow, or a bad escape, in another parameter hides
+    // nothing: "else" has had its two.
+    CHECK(f.get("/q?key=else&x=a|b").status == 200);
+    CHECK(f.get("/q?x=%zz&key=else").status == 429);
     CHECK(f.get("/q").status == 200);
 
     // claim:org from a verified JWT; a token without the claim is not limited by it.
@@ -126,6 +149,10 @@ TEST_CASE("kinds: header, query, claim, route and composite limits, each value o
     CHECK(f.get("/c", token("alice", "org-1")).status == 200);
     CHECK(f.get("/c", token("bob", "org-1")).status == 200);  // another user of the same org
     CHECK(f.get("/c", token("carol", "org-1")).status == 429);
+    // An API key beside the token names the user, but the token's org still counts.
+    auto keyed = token("carol", "org-1");
+    keyed.emplace_back("X-API-Key", "any-key");
+    CHECK(f.get("/c", keyed).status == 429);
     CHECK(f.get("/c", token("alice", "org-2")).status == 200);
     for (int i = 0; i < 3; ++i) CHECK(f.get("/c", token("dave", "")).status == 200);
     CHECK(f.get("/c", {{"Authorization", "Bearer " + hs256_token("not-the-secret", "eve", 600, {{"org", "x"}})}})
@@ -273,11 +300,26 @@ routes:
           "missing user: policy keyed refuses requests without credentials");
     CHECK(f.get("/keyed", {{"X-API-Key", "k1"}}).status == 200);
 
+    // The connection is kept, as for a 401 or a 403 (docs/operations.md's error table): the
+    // request was well formed, only its values did not do.
+    connection c("127.0.0.1", f.gw->port, 5s);
+    const auto on_c = [&](const std::string& target, const std::string& fields) {
+        c.send("GET " + target + " HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: 198.51.100.9\r\n" + fields + "\r\n");
+        return c.read_response();
+    };
+    const auto missing = on_c("/strict?region=eu", "");
+    CHECK(missing.status == 400);
+    CHECK(json_of(missing).at("error").as_string() == "missing_identifier");
+    const auto ambiguous = on_c("/strict?region=eu", "X-Tenant: a\r\nX-Tenant: b\r\n");
+    CHECK(ambiguous.status == 400);
+    CHECK(json_of(ambiguous).at("error").as_string() == "ambiguous_identifier");
+    CHECK(on_c("/strict?region=eu", "X-Tenant: a\r\n").status == 200);
+
     // skip: without the header, the ip tiers alone decide.
     for (int i = 0; i < 3; ++i) CHECK(f.get("/lenient").status == 200);
     CHECK(f.get("/lenient", {{"X-Tenant", "acme"}}).status == 200);
     CHECK(f.get("/lenient", {{"X-Tenant", "acme"}}).status == 429);
-    CHECK(eventually_metric(f.gw->admin_port, R"(sluice_requests_total{route="/strict",status="4xx"})", 4) == 4);
+    CHECK(eventually_metric(f.gw->admin_port, R"(sluice_requests_total{route="/strict",status="4xx"})", 6) == 6);
 }
 
 TEST_CASE("kinds: max_values bounds a kind's identifiers in the memory store, evictions counted by kind") {
@@ -320,4 +362,29 @@ routes:
         }
     }
     CHECK(admitted >= values - static_cast<int>(held));
+}
+
+// A concurrency tier of a kind after ip, user and route (the request's third key or later):
+// the slot is given back when the answer ends, and renewed while it runs, as ip's and user's.
+TEST_CASE("kinds: a concurrency tier of another kind gives its slot back when the answer ends") {
+    const backend b = pick_backend();
+    CAPTURE(b.name);
+    kinds_fixture f(R"(clients:
+  trusted_proxies: ["127.0.0.1/32"]
+  user: { api_key_header: X-API-Key }
+policies:
+  api:
+    ip: [ {limit: 100, per: 1h, algorithm: log} ]
+    user: [ {limit: 100, per: 1h, algorithm: log} ]
+    route: [ {limit: 100, per: 1h, algorithm: log} ]
+    header:X-Tenant: [ {concurrency: 1, lease: 1h} ]
+routes:
+  - { match: { path_prefix: / }, policy: api }
+)",
+                    b.port());
+    for (int i = 0; i < 5; ++i) {
+        const auto r = f.get("/", {{"X-Tenant", "acme"}, {"X-API-Key", "k1"}});
+        CHECK(r.status == 200);
+        CHECK(remaining(r, "header:x-tenant-concurrency") == 0);
+    }
 }

@@ -49,6 +49,7 @@ const std::vector<named_failure> all_failures{
     {"unauthorized", fail::unauthorized},
     {"forbidden", fail::forbidden},
     {"missing_identifier", fail::missing_identifier},
+    {"ambiguous_identifier", fail::ambiguous_identifier},
     {"connect_refused", fail::connect_refused},
     {"bad_method", fail::bad_method},
     {"header_timeout", fail::header_timeout},

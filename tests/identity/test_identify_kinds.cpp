@@ -57,27 +57,30 @@ TEST_CASE("identify kinds: the names in use, sorted, once each") {
     CHECK(identity::names_used(policies_of({"ip+user", "route"})).empty());
 }
 
-TEST_CASE("identify kinds: header values, the first field of each name, blanks trimmed") {
+TEST_CASE("identify kinds: header values, blanks trimmed, one given twice differently is ambiguous") {
     config::clients_config cfg;
     cfg.allow = {{ip("192.0.2.128"), 25}};
     const identity::clients clients(cfg, policies_of({"header:X-Tenant", "header:X-Org+ip", "header:X-Empty"}));
     const auto req = request("/a", {{"x-tenant", "  acme corp "},
                                     {"X-Org", "org-1"},
                                     {"X-Tenant", "second"},
+                                    {"X-Org", " org-1"},
                                     {"X-Empty", " \t "},
                                     {"X-Other", "ignored"}});
     auto r = identity::identify(clients, req, ip("192.0.2.7"), true, 0);
     // clients.names.headers: x-empty, x-org, x-tenant
     REQUIRE(r.who.headers.size() == 3);
-    CHECK(r.who.headers[0] == none());  // blank is missing
-    CHECK(r.who.headers[1] == std::optional<std::string>("org-1"));
-    CHECK(r.who.headers[2] == std::optional<std::string>("acme corp"));
+    CHECK(r.who.headers[0] == none());                               // blank is missing
+    CHECK(r.who.headers[1] == std::optional<std::string>("org-1"));  // twice, alike: one value
+    CHECK(r.who.headers[2] == none());                               // twice, differently
+    CHECK(r.who.ambiguous_headers == std::vector<std::size_t>{2});
     CHECK(r.who.queries.empty());
     CHECK(r.who.claims.empty());
 
     auto absent = identity::identify(clients, request("/a", {}), ip("192.0.2.7"), true, 0);
     REQUIRE(absent.who.headers.size() == 3);
     CHECK(absent.who.headers[2] == none());
+    CHECK(absent.who.ambiguous_headers.empty());
 
     // Nothing is read for an unlimited route or an allow-listed client.
     CHECK(identity::identify(clients, req, ip("192.0.2.7"), false, 0).who.headers.empty());
@@ -87,20 +90,24 @@ TEST_CASE("identify kinds: header values, the first field of each name, blanks t
     CHECK(identity::identify(plain, req, ip("192.0.2.7"), true, 0).who.headers.empty());
 }
 
-TEST_CASE("identify kinds: query values, percent-decoded, the first of each name") {
+TEST_CASE("identify kinds: query values, percent-decoded, one given twice differently is ambiguous") {
     const config::clients_config cfg;
     const identity::clients clients(cfg, policies_of({"query:key", "query:q+ip", "query:flag", "query:a.b"}));
     // clients.names.queries: a.b, flag, key, q
     const auto at = [&](std::string_view target) {
         auto r = identity::identify(clients, request(target, {}), ip("192.0.2.7"), true, 0);
         REQUIRE(r.who.queries.size() == 4);
+        CHECK(r.who.ambiguous_queries.size() <= 1);
+        if (!r.who.ambiguous_queries.empty()) CHECK(r.who.queries[r.who.ambiguous_queries[0]] == none());
         return r.who.queries;
     };
     auto v = at("/s?key=k%2F1&q=hello+world&key=second&flag&a%2Eb=x");
     CHECK(v[0] == std::optional<std::string>("x"));  // the name is decoded too
     CHECK(v[1] == none());                           // no value is missing
-    CHECK(v[2] == std::optional<std::string>("k/1"));
+    CHECK(v[2] == none());                           // k/1, then second
     CHECK(v[3] == std::optional<std::string>("hello world"));
+    v = at("/s?key=k%2F1&key=k/1");
+    CHECK(v[2] == std::optional<std::string>("k/1"));  // two spellings of one value
     v = at("/s?key=&q=%41");
     CHECK(v[2] == none());  // empty is missing
     CHECK(v[3] == std::optional<std::string>("A"));
@@ -108,9 +115,9 @@ TEST_CASE("identify kinds: query values, percent-decoded, the first of each name
     CHECK(v[2] == none());
     v = at("http://example.test/s?key=abs");
     CHECK(v[2] == std::optional<std::string>("abs"));
-    v = at("/s?key=%zz&q=1");  // a query that does not parse gives nothing
-    CHECK(v[2] == none());
-    CHECK(v[3] == none());
+    v = at("/s?key=%zz&q=1");  // a bad escape stays as written, and hides no other parameter
+    CHECK(v[2] == std::optional<std::string>("%zz"));
+    CHECK(v[3] == std::optional<std::string>("1"));
 }
 
 TEST_CASE("identify kinds: claims come from the JWT that verified, and only from it") {
@@ -151,14 +158,68 @@ TEST_CASE("identify kinds: claims come from the JWT that verified, and only from
     CHECK(r.who.claims[2] == std::optional<std::string>("42"));
     CHECK(r.who.claims[3] == std::optional<std::string>("acme"));
 
-    // An API key names the user: the token is not read, so there are no claims.
+    // An API key names the user, but the token still verifies: its claims count. Else any key
+    // beside a token (any is taken without a key registry) would walk around a claim's limit
+    // while an upstream that reads the token serves its org.
     auto keyed = identity::identify(clients, request("/", {{"Authorization", bearer}, {"X-API-Key", "k1"}}),
                                     ip("192.0.2.7"), true, now);
     CHECK(keyed.who.user == "key:k1");
-    CHECK(keyed.who.claims.empty());
+    CHECK(keyed.who.claims == r.who.claims);
+    // Beside a key, a token that fails gives no claims (and no 401: the key named the user).
+    auto keyed_forged = identity::identify(
+        clients, request("/", {{"Authorization", bearer + "x"}, {"X-API-Key", "k1"}}), ip("192.0.2.7"), true, now);
+    CHECK_FALSE(keyed_forged.refused);
+    CHECK(keyed_forged.who.user == "key:k1");
+    REQUIRE(keyed_forged.who.claims.size() <= 4);
+    for (const auto& c : keyed_forged.who.claims) CHECK(c == none());
     // A token that fails is a 401, with no claims.
     auto forged =
         identity::identify(clients, request("/", {{"Authorization", bearer + "x"}}), ip("192.0.2.7"), true, now);
     CHECK(forged.refused);
     CHECK(forged.who.claims.empty());
+}
+
+// A stray byte the URI grammar does not allow, or a bad escape, anywhere in the query must
+// not make a limited parameter vanish: with on_missing: skip that walks around its limit,
+// while the upstream (most servers parse leniently) still reads the parameter.
+TEST_CASE("identify kinds: one odd parameter does not hide another") {
+    const config::clients_config cfg;
+    const identity::clients clients(cfg, policies_of({"query:tenant"}));
+    const auto tenant = [&](std::string_view target) {
+        auto r = identity::identify(clients, request(target, {}), ip("192.0.2.7"), true, 0);
+        REQUIRE(r.who.queries.size() == 1);
+        return r.who.queries[0];
+    };
+    const std::optional<std::string> victim("victim");
+    CHECK(tenant("/s?tenant=victim&x=%zz") == victim);
+    CHECK(tenant("/s?tenant=victim&x=a|b") == victim);
+    CHECK(tenant("/s?x={\"a\":1}&tenant=victim") == victim);
+    CHECK(tenant("/s?tenant=victim&x=%") == victim);
+    CHECK(tenant("/s?ten%61nt=vic%74im&x=^") == victim);
+    // The parameter's own bad escape stays as written: a value still, not none.
+    CHECK(tenant("/s?tenant=vic%zztim") == std::optional<std::string>("vic%zztim"));
+    CHECK(tenant("/s?tenant=100%") == std::optional<std::string>("100%"));
+}
+
+// CGI-style servers (PHP, Django, Rack, any WSGI app) read X_Tenant and X-Tenant as one
+// field, HTTP_X_TENANT: a limit by header:X-Tenant must see X_Tenant too, or a caller
+// writes the name with '_' and walks around it.
+TEST_CASE("identify kinds: a header name with '_' for '-' is the same field") {
+    const config::clients_config cfg;
+    const identity::clients clients(cfg, policies_of({"header:X-Tenant"}));
+    const auto read = [&](std::initializer_list<std::pair<std::string_view, std::string_view>> fields) {
+        auto r = identity::identify(clients, request("/", fields), ip("192.0.2.7"), true, 0);
+        REQUIRE(r.who.headers.size() == 1);
+        return r.who;
+    };
+    CHECK(read({{"X_Tenant", "victim"}}).headers[0] == std::optional<std::string>("victim"));
+    const auto both = read({{"X-Tenant", "fresh"}, {"x_tenant", "victim"}});
+    CHECK(both.headers[0] == none());
+    CHECK(both.ambiguous_headers == std::vector<std::size_t>{0});
+    CHECK(read({{"X-Tenant", "acme"}, {"X_TENANT", "acme"}}).headers[0] == std::optional<std::string>("acme"));
+    CHECK(read({{"X-Tenantx", "acme"}}).headers[0] == none());
+    // Two kinds whose names differ by '_' alone both read the field.
+    const identity::clients two(cfg, policies_of({"header:X-A", "header:X_A"}));
+    auto r = identity::identify(two, request("/", {{"x_a", "v"}}), ip("192.0.2.7"), true, 0);
+    CHECK(r.who.headers == std::vector<std::optional<std::string>>{"v", "v"});
 }

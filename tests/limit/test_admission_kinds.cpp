@@ -233,3 +233,46 @@ TEST_CASE("admission kinds: GET /top labels: values percent-encoded as an admin 
     REQUIRE(seen.size() == 1);
     CHECK(seen[0].label == "a%2Bb%2Fc%20d%25+key:…WXYZ+192.0.2.7");
 }
+
+// Which of two values would the upstream read? The first, the last, or both joined: servers
+// differ (PHP, Django and Rack take a parameter's last). Limiting by the first lets a caller
+// put a fresh value there and the one the upstream serves after it, and so walk around the
+// limit: a request that names one kind's value twice, differently, is refused (as two Host
+// fields are), whatever on_missing says.
+TEST_CASE("admission kinds: a header or parameter given twice with different values is refused") {
+    world w(R"(  api:
+    header:X-Tenant: [ {limit: 3, per: 1m} ]
+    query:region+ip: [ {limit: 3, per: 1m} ]
+  quiet:
+    shadow: true
+    header:X-Tenant: [ {limit: 3, per: 1m} ]
+)");
+    limit::admission a;
+    const auto& p = w.policies[0];
+    outcome twice;
+    CHECK_FALSE(a.prepare(w.ctx, p, 1, w.who("/x", {{"X-Tenant", "fresh-1"}, {"X-Tenant", "victim"}}), twice));
+    CHECK(twice.what == outcome::kind::ambiguous);
+    CHECK(limit::to_string(twice.decision) == std::string("ambiguous"));
+    CHECK(twice.reason ==
+          "header:x-tenant given twice with different values: policy api cannot tell which to limit by");
+    outcome empty_first;
+    CHECK_FALSE(a.prepare(w.ctx, p, 1, w.who("/x", {{"X-Tenant", ""}, {"X-Tenant", "victim"}}), empty_first));
+    CHECK(empty_first.what == outcome::kind::ambiguous);
+    outcome query;
+    CHECK_FALSE(a.prepare(w.ctx, p, 1, w.who("/x?region=eu&region=us", {{"X-Tenant", "acme"}}), query));
+    CHECK(query.reason ==
+          "query:region (of query:region+ip) given twice with different values: policy api cannot "
+          "tell which to limit by");
+    outcome no_value_first;
+    CHECK_FALSE(a.prepare(w.ctx, p, 1, w.who("/x?region&region=us", {}), no_value_first));
+    CHECK(no_value_first.what == outcome::kind::ambiguous);
+    // One value written twice, or in two spellings that decode alike, is one value.
+    outcome same;
+    CHECK(
+        a.prepare(w.ctx, p, 1, w.who("/x?region=eu&region=%65u", {{"X-Tenant", "acme"}, {"x-tenant", " acme"}}), same));
+    CHECK(a.request().keys.size() == 2);
+    // A shadow policy refuses no one.
+    outcome shadow;
+    CHECK_FALSE(a.prepare(w.ctx, w.policies[1], 1, w.who("/x", {{"X-Tenant", "a"}, {"X-Tenant", "b"}}), shadow));
+    CHECK(shadow.what == outcome::kind::pass);
+}

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -121,4 +122,64 @@ TEST_CASE("memory store kinds: two kinds with one digest are two identifiers") {
     CHECK(s.try_check({std::span(&kb, 1), 1})->verdict.allowed);
     CHECK_FALSE(s.try_check({std::span(&ka, 1), 1})->verdict.allowed);
     CHECK(s.keys_held() == 2);
+}
+
+// A request refused by another key (here its address) keeps nothing of a new value, so it
+// must not evict one either: else a caller held back by its ip tier still flushes other
+// values' counts at line rate, one new value per refused request.
+TEST_CASE("memory store kinds: a refused request evicts no value of a bounded kind") {
+    usec now = T0;
+    memory_store s(100'000, [&] { return now; });
+    const identity::kind tenant = identity::kind_of("header:x-mem-refused");
+    const std::vector<limit::tier> tenant_tiers{minute_tier("header:x-mem-refused", 2)};
+    const std::vector<limit::tier> ip_tiers{minute_tier("ip", 1)};
+    const auto check = [&](std::span<const limit::store_key> keys) {
+        auto r = s.try_check({keys, 1});
+        REQUIRE(r);
+        return r->verdict.allowed;
+    };
+    // Two tenants in stripe 5 (its bound: 2 a stripe), one charged once.
+    const limit::store_key a{tenant, id_in(5, 1), tenant_tiers, 128}, b{tenant, id_in(5, 2), tenant_tiers, 128};
+    CHECK(check(std::span(&a, 1)));
+    CHECK(check(std::span(&b, 1)));
+    // An address with its one request used, then new tenants of that stripe from it: refused.
+    const limit::store_key addr{identity::kind::ip, id_in(9, 1), ip_tiers, 0};
+    CHECK(check(std::span(&addr, 1)));
+    for (std::uint32_t n = 10; n < 20; ++n) {
+        const std::array<limit::store_key, 2> keys{addr, {tenant, id_in(5, n), tenant_tiers, 128}};
+        CHECK_FALSE(check(keys));
+    }
+    CHECK(evictions_of(s, tenant) == 0);
+    CHECK(s.keys_held() == 3);
+    // a kept its count: one more, then refused.
+    CHECK(check(std::span(&a, 1)));
+    CHECK_FALSE(check(std::span(&a, 1)));
+}
+
+// As for max_keys (test_memory_store.cpp): a value with a request in flight is not the least
+// recent of its kind, or a flood of new values frees its concurrency slot.
+TEST_CASE("memory store kinds: a lease renewed is a use within the kind's bound too") {
+    usec now = T0;
+    memory_store s(100'000, [&] { return now; });
+    const identity::kind tenant = identity::kind_of("header:x-mem-lease");
+    config::tier_config c;
+    c.kind = "header:x-mem-lease";
+    c.algo = config::algorithm::concurrency;
+    c.limit = 1;
+    c.per = config::duration{30'000};
+    const std::vector<limit::tier> slots{limit::tier::from(c, "k/header:x-mem-lease/concurrency", "c")};
+    const limit::store_key busy{tenant, id_in(7, 1), slots, 128}, other{tenant, id_in(7, 2), slots, 128},
+        next{tenant, id_in(7, 3), slots, 128};
+    const auto take = [&](const limit::store_key& k, std::uint64_t lease) {
+        auto r = s.try_check({std::span(&k, 1), 1, false, lease});
+        REQUIRE(r);
+        return r->verdict.allowed;
+    };
+    CHECK(take(busy, 42));
+    CHECK(take(other, 43));  // busy is now the least recently used of the kind...
+    now += SEC;
+    s.change_lease({std::span(&busy, 1), 1, false, 42}, limit::lease_change::renew);  // ...until its renewal
+    CHECK(take(next, 44));  // the kind's two of the stripe: `other` goes
+    CHECK(evictions_of(s, tenant) == 1);
+    CHECK_FALSE(take(busy, 45));  // the slot is still held
 }
