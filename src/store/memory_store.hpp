@@ -41,6 +41,9 @@ public:
     std::optional<limit::check_result> try_check(const limit::check_request& r) override;
     boost::asio::awaitable<limit::check_result> check(limit::check_request r) override;
     void change_lease(const limit::check_request& r, limit::lease_change c) override;
+    // r's tiers forgotten for r's identifiers (an identifier left with none is dropped).
+    boost::asio::awaitable<bool> reset(limit::check_request r) override;
+    void reset_now(const limit::check_request& r);
     std::size_t keys_held() const override;
     std::uint64_t evictions() const;
     // Identifiers evicted by their kind's max_values, per kind (kinds that had none are left
@@ -81,6 +84,8 @@ private:
     };
 
     static std::size_t stripe_of(const limit::digest& id);
+    // A check_request with query set: decide() on copies of the states, nothing written.
+    limit::check_result query_now(const limit::check_request& r);
     // Runs fn(now) holding the stripe locks of r's keys, taken in ascending order (so two
     // requests never deadlock), each distinct stripe once.
     template <class Fn>

@@ -14,6 +14,8 @@
 //    store.on_error). It never throws. A written EVALSHA is never resent (except after
 //    NOSCRIPT, MOVED or ASK, when it did not run). A split check's calls (redirections and
 //    undos included) share that one deadline (see cluster_split.hpp for its answers).
+//  - A query (check_request::query) asks Redis every time (no deny cache, no batch); reset()
+//    and control() (the admin's) answer by store.redis.timeout, never resent once written.
 //  - keys_held() is 0: Redis holds the identifiers (the deny cache's size is in
 //    counters().deny_cache_size).
 //
@@ -25,6 +27,7 @@
 #include "config/config.hpp"
 #include "limit/deny_cache.hpp"
 #include "limit/store.hpp"
+#include "store/redis_admin.hpp"
 #include "store/redis_options.hpp"
 #include "store/redis_transport.hpp"
 #include "store/turn_batcher.hpp"
@@ -66,6 +69,11 @@ public:
     // One EVALSHA per slot (a Cluster: per identifier) sent in the background; its failure
     // counts as an error.
     void change_lease(const limit::check_request& r, limit::lease_change c) override;
+    // One EVALSHA (mode reset) per identifier, each on its slot, by store.redis.timeout.
+    boost::asio::awaitable<bool> reset(limit::check_request r) override;
+    // The controls' HASH (redis_admin: blocks and overrides), the script's mode control with
+    // `args`, by store.redis.timeout; nullopt when it failed.
+    boost::asio::awaitable<std::optional<redis_admin::control_reply>> control(std::vector<std::string> args);
     std::size_t keys_held() const override { return 0; }
     void on_reload() override;
     bool ready() const override;
@@ -74,6 +82,9 @@ public:
 
 private:
     limit::check_result failed(const char* why);
+    // A check with query set: one EVALSHA with the flag query per slot (a Cluster: per
+    // identifier, the answers joined as one decision), never batched nor cached.
+    boost::asio::awaitable<limit::check_result> query(limit::check_request r);
     // One batch of turn_batcher: one EVALSHA (format_call or format_batch) to `slot`.
     boost::asio::awaitable<void> send_batch(std::uint16_t slot, turn_batcher::requests rs,
                                             std::vector<limit::check_result>& out, redis_clock::time_point deadline);
