@@ -25,7 +25,8 @@ namespace sluice::limit {
 // What became of a request's limits, as the access log names it (to_string()). none: not
 // limited (no route, an unlimited route, or no identifier to limit); unauthorized: the
 // identify phase refused the credentials, so the limits were never asked.
-// missing: a kind with on_missing: refuse had no value (400).
+// missing: a kind with on_missing: refuse had no value (400). blocked: the operator blocked
+// one of the request's identifiers (limit/controls.hpp: 429, nothing charged).
 enum class decision_kind {
     none,
     bypass,
@@ -35,16 +36,18 @@ enum class decision_kind {
     unauthorized,
     forbidden,
     store_error,
-    missing
+    missing,
+    blocked
 };
 
 const char* to_string(decision_kind d);
 
 struct outcome {
     // missing: a value the policy requires is missing (400; on_missing: refuse).
-    enum class kind { pass, limited, forbidden, store_down, missing } what = kind::pass;
+    // blocked: by the operator (limit/controls.hpp), until retry_after_s has passed.
+    enum class kind { pass, limited, forbidden, store_down, missing, blocked } what = kind::pass;
     std::string fields;              // rate-limit response fields ("Name: value\r\n" lines)
-    std::int64_t retry_after_s = 0;  // limited
+    std::int64_t retry_after_s = 0;  // limited, blocked
     std::string reason;              // forbidden and missing: why, safe to show the client
     decision_kind decision = decision_kind::none;
     // The identifier named in the access log (none: no identifier): the one whose tier refused
