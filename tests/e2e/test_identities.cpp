@@ -117,7 +117,7 @@ int admitted(const admin_fixture& f, const std::string& ip, int n, const header_
 
 }  // namespace
 
-TEST_CASE("identities: the admin token: 401 without it, 200 with it; open paths; a reload reads a new token") {
+TEST_CASE("identities: the admin token: 401 without it, 200 with it, open paths, and a reload reads a new token") {
     admin_fixture f(ip_policies);
     const auto port = f.gw->admin_port;
     // Probes and scrapers: admin.open's default.
@@ -174,7 +174,7 @@ TEST_CASE("identities: an admin listener off loopback without a token file is re
     CHECK(out.find("admin listening") == std::string::npos);
 }
 
-TEST_CASE("identities: GET after traffic shows used and remaining; DELETE resets chosen tiers or all (memory)") {
+TEST_CASE("identities: GET after traffic shows used and remaining, DELETE resets chosen tiers or all (memory)") {
     admin_fixture f(ip_policies);
     REQUIRE(admitted(f, "10.1.0.1", 3) == 3);
     auto id = f.admin_json("GET", "/identities/ip/10.1.0.1");

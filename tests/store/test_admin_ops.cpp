@@ -144,7 +144,7 @@ struct down_store final : limit::store {
 }  // namespace
 
 TEST_CASE(
-    "fallback store: a query the shared store cannot answer reads the local one, not degrading; a reset "
+    "fallback store: a query the shared store cannot answer reads the local one, not degrading, and a reset "
     "reaches both") {
     usec clock = T0;
     down_store shared;

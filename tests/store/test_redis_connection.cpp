@@ -602,8 +602,8 @@ TEST_CASE("READONLY (the node is a replica now): that call gets the error and th
 }
 
 TEST_CASE(
-    "redis_store: a query writes nothing; a reset forgets the tiers' fields and log ZSETs; the controls' "
-    "HASH and its version") {
+    "redis_store: a query writes nothing, a reset forgets the tiers' fields and log ZSETs, and the controls' "
+    "HASH keeps a version") {
     redis_server server(free_port());
     asio::io_context ioc;
     sluice::config::store_config cfg;
