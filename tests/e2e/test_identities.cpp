@@ -370,6 +370,41 @@ TEST_CASE("identities: a user's plan override, until it ends (memory)") {
     CHECK(f.get_status("10.4.0.9", {{"X-API-Key", "bob-key-0123456789"}}) == 200);
 }
 
+TEST_CASE("identities: other kinds by their canonical text: a header and a composite (memory)") {
+    admin_fixture f(R"(
+clients:
+  trusted_proxies: ["127.0.0.1/32"]
+policies:
+  api:
+    header:X-Tenant: [ {limit: 4, per: 1h, algorithm: log} ]
+    header:X-Tenant+ip: [ {limit: 3, per: 1h, algorithm: log} ]
+routes:
+  - { match: { path_prefix: / }, policy: api }
+)");
+    const header_list acme{{"X-Tenant", "acme corp"}};
+    CHECK(admitted(f, "10.9.0.1", 2, acme) == 2);
+    CHECK(admitted(f, "10.9.0.2", 1, acme) == 1);
+    auto tenant = f.admin_json("GET", "/identities/header:X-Tenant/acme%20corp");
+    CHECK(tenant.at("kind").as_string() == "header:x-tenant");
+    CHECK(field(tier_of(tenant, "api", "header:x-tenant-1h"), "used") == 3);
+    auto pair = f.admin_json("GET", "/identities/header:x-tenant+ip/acme%20corp+10.9.0.1");
+    CHECK(field(tier_of(pair, "api", "header:x-tenant+ip-1h"), "used") == 2);
+    CHECK(f.admin("GET", "/identities/header:x-tenant+ip/acme").status == 400);  // a part missing
+    // The tenant blocked: every address of it refused, another tenant not.
+    f.admin_json("POST", "/identities/header:x-tenant/acme%20corp/block?for=1m");
+    CHECK(refused_as_blocked(f, "10.9.0.3", acme));
+    CHECK(f.get_status("10.9.0.3", {{"X-Tenant", "globex"}}) == 200);
+    // The access log line says so (written within a second).
+    CHECK(eventually([&] {
+        return f.gw->proc->output().find(R"("decision":"blocked","id_kind":"header:x-tenant")") != std::string::npos;
+    }));
+    f.admin_json("DELETE", "/identities/header:x-tenant/acme%20corp/block");
+    // One combination overridden.
+    f.admin_json("PUT", "/overrides/header:x-tenant+ip/acme%20corp+10.9.0.4",
+                 R"({"policy": "api", "tiers": [{"limit": 1, "per": "1h", "algorithm": "log"}], "expires_in": "1h"})");
+    CHECK(admitted(f, "10.9.0.4", 2, acme) == 1);
+}
+
 TEST_CASE("identities: blocks and overrides survive a reload (memory)") {
     admin_fixture f(ip_policies);
     f.admin_json("POST", "/identities/ip/10.5.0.1/block?for=1h");
