@@ -13,8 +13,10 @@
 --   offset in µs; c: the request's lease id, 0 for none), interval_us, tolerance_us,
 --   min_interval_us, horizon_us, tier id.
 -- Reply: { allowed (0|1), retry_after_us, then per tier in request order: remaining,
---   reset_us, admitted (0|1) }. retry_after and reset count from the caller's clock, even
---   where the decision was made at a key's later "@t".
+--   reset_us, admitted (0|1) }, and with flag 'u' or 'U' (parts/layout.lua) an admission's
+--   receipt: per identifier the instant its commit used. retry_after and reset count from the
+--   caller's clock, even where the decision was made at a key's later "@t".
+--   Mode undo (parts/undo.lua) takes an admission back by its receipt.
 -- HASH fields (times in µs of Unix time):
 --   "@t"       the latest time a commit used: the key's clock never goes back before it
 --   "@e"       the HASH's expiry in ms, as this script last set it
@@ -27,11 +29,17 @@
 --                     "<index>:<count>,<index>:<count>,...", written only when they change
 --                     (most requests fall in the newest bucket: they read and write the head
 --                     alone). Without an older bucket: "|<newest>|" (and "|o" is stale).
+--                     A <newest> of 0 (taken back, or a commit of cost 0) is no bucket.
 --     gcra            "<tat - last>"
 --     log             "<the ZSET's expiry in ms as last set here>" (0: no ZSET); the ZSET
 --                     holds the admitted times: score <ts>, member "<ts>:<seq>", seq from 1
---                     per ts
+--                     per ts, with no gap (a take-back removes the highest)
 --     concurrency     "<lease id>:<expiry>," per request in flight, oldest first
+--   <tier id>|m  (a tier with min_interval) "<last>" of an admission taken back whole (mode
+--              undo writes it): while the tier's <last> is that, it marks nothing; the next
+--              commit that passes by it empties it. A new field, not a new format: a script
+--              that does not know it reads the mark as it stands (refusing until min_interval
+--              passes, as before this field).
 -- Storage format. The version is in the data, field by field (a tier's field is read and written
 -- alone, and tiers of several policies share an identifier's HASH, so one version per HASH could
 -- not say which fields a newer script has rewritten): the fields above are format 1, written
@@ -72,7 +80,7 @@
 --   gcra.lua         check_gcra
 --   log.lua          check_log, commit_log
 --   concurrency.lua  check_concurrency
---   undo.lua         mode undo (Redis Cluster)
+--   undo.lua         mode undo: an admission taken back (take_back)
 --   lease.lua        modes release and renew
 --   admin.lua        modes reset and control: the admin API's (DELETE /identities, blocks, overrides)
 --   layout.lua       decode a call's layout: a single check, or a batch checked whole first

@@ -9,12 +9,13 @@
 -- v is the tier's head field (see the header), t_s and t the key's "@t" as stored and as a number.
 -- The older buckets are read (field "<id>|o" of `hash`, c its fields: read_field) only when the
 -- window moved past the newest bucket or a denial must find when the request fits: most requests
--- touch the head alone. With `soon` (its min_interval not yet passed) an admissible request reports
--- the quota as it stands, as decide.cpp's check with cost 0 does. Returns ok, remaining, reset,
--- admit_at, then what commit_buckets needs if the request is to be committed (admitted, or
--- `always`): the total and the newest count a commit leaves, the index of the oldest older bucket,
--- and the older buckets to write ("<index>:<count>," each, oldest first; nil: the stored ones
--- stand), and last the older field as it was read (nil: not read).
+-- touch the head alone. A newest count of 0 (a commit of cost 0, or taken back: undo.lua) is no
+-- bucket, as decide.cpp's buckets of count 0; the older list holds none. With `soon` (its
+-- min_interval not yet passed) an admissible request reports the quota as it stands, as
+-- decide.cpp's check with cost 0 does. Returns ok, remaining, reset, admit_at, then what
+-- commit_buckets needs if the request is to be committed (admitted, or `always`): the total and
+-- the newest count a commit leaves, the index of the oldest older bucket, and the older buckets to
+-- write ("<index>:<count>," each, oldest first; nil: the stored ones stand).
 local function check_buckets(v, c, hash, id, t_s, t, at, cost, soon, always, lim, bucket, nb, hz, off,
                               month_of, month_start)
     local sa = at + off  -- in shifted time: a reset is a difference, the same in both
@@ -30,7 +31,6 @@ local function check_buckets(v, c, hash, id, t_s, t, at, cost, soon, always, lim
     local newest_live = false  -- the newest stored bucket is cur
     local nw, tot  -- the stored newest count and total ('': no older bucket)
     local src, q  -- the older buckets' list, from q on (nil: not read yet)
-    local read  -- the older field as read
     local moved  -- the older list changed: it must be written
     if v then
         local ls, f1
@@ -51,7 +51,9 @@ local function check_buckets(v, c, hash, id, t_s, t, at, cost, soon, always, lim
                 newest_live = true
                 if tot == '' then
                     count = nw + 0
-                    first = cur
+                    if count > 0 then
+                        first = cur
+                    end
                 else
                     count = tot + 0
                     first = f1 + 0
@@ -61,8 +63,7 @@ local function check_buckets(v, c, hash, id, t_s, t, at, cost, soon, always, lim
                 if tot == '' then
                     count = nw + 0
                 else
-                    read = read_field(c, hash, id .. '|o')
-                    src, q = read, 1
+                    src, q = read_field(c, hash, id .. '|o'), 1
                     local find, sub = string.find, string.sub
                     local dead = 0
                     while true do
@@ -81,9 +82,12 @@ local function check_buckets(v, c, hash, id, t_s, t, at, cost, soon, always, lim
                     end
                     count = tot - dead
                 end
-                first = first or newest
-                -- the newest becomes an older bucket
-                src, q, moved = string.sub(src or '', q or 1) .. string.format('%d:%s,', newest, nw), 1, true
+                -- the newest becomes an older bucket (if it holds any)
+                src, q, moved = string.sub(src or '', q or 1), 1, true
+                if nw ~= '0' then
+                    first = first or newest
+                    src = src .. string.format('%d:%s,', newest, nw)
+                end
             elseif tot ~= '' then
                 src, q, moved = '', 1, true  -- every bucket left the window
             end
@@ -116,7 +120,7 @@ local function check_buckets(v, c, hash, id, t_s, t, at, cost, soon, always, lim
     local total = newest_count and count + cost
     if ok then
         if soon then
-            return true, remaining, reset, 0, total, newest_count, first, older, read
+            return true, remaining, reset, 0, total, newest_count, first, older
         end
         if not first and cost > 0 then
             if month_of then
@@ -125,7 +129,7 @@ local function check_buckets(v, c, hash, id, t_s, t, at, cost, soon, always, lim
                 reset = (cur + nb) * bucket - sa
             end
         end
-        return true, remaining - cost, reset, 0, total, newest_count, first, older, read
+        return true, remaining - cost, reset, 0, total, newest_count, first, older
     end
 
     -- Denied: drop live buckets oldest first until the request fits; it is admitted once
@@ -136,8 +140,7 @@ local function check_buckets(v, c, hash, id, t_s, t, at, cost, soon, always, lim
             if tot == '' then
                 src = ''
             else
-                read = read_field(c, hash, id .. '|o')
-                src = read
+                src = read_field(c, hash, id .. '|o')
             end
             q = 1
         end
@@ -169,7 +172,7 @@ local function check_buckets(v, c, hash, id, t_s, t, at, cost, soon, always, lim
             end
         end
     end
-    return false, remaining, reset, admit_at, total, newest_count, first, older, read
+    return false, remaining, reset, admit_at, total, newest_count, first, older
 end
 
 -- The head of a bucket tier after a commit at `at` (see check_buckets; without an older

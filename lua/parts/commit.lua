@@ -15,19 +15,10 @@ if n > 0 then  -- a key without tiers is not written
         from = clock
     end
     if has_log then
-        -- An undo puts "@t" back: entries still live at the key's old clock must stay.
-        local drop = at
-        if record then
-            drop = tonumber(olds[1]) or 0
-        end
         for j = 3, n + 2 do
             if ARGV[a0 + 11 * j - 32] == 'l' then
                 local c = vals[j]
-                local seq
-                vals[j], seq = commit_log(c[1], c[2], c[3], c[4], c[5], at, at_s, from, cost, drop)
-                if record then
-                    olds[j + n] = fmt('%d', seq)
-                end
+                vals[j] = commit_log(c[1], c[2], c[3], c[4], c[5], at, at_s, from, cost)
             end
         end
     end

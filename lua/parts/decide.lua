@@ -4,8 +4,7 @@
 -- spliced in at build time, where they run (once per identifier or tier).
 -- In: layout.lua's known, dirty, touched, batch, nreq and r0. Out: `out`, the reply of a single
 -- check, or batch[i], each request's.
-local record, always, query, flagged
-local olds, xrec
+local receipt, always, query, flagged
 local cost, nkeys
 
 local tm = call('TIME')
@@ -50,8 +49,8 @@ for req = 1, nreq do
     else
         flag = ARGV[#ARGV]
     end
-    record, always, query = flag == 'u', flag == 'p', flag == 'q'
-    flagged = record or always or query
+    receipt, always, query = flag == 'u' or flag == 'U', flag == 'p' or flag == 'U', flag == 'q'
+    flagged = receipt or always or query
     cost = ARGV[r0]
     if cost == '1' then
         cost = 1
@@ -81,11 +80,6 @@ for req = 1, nreq do
         for i = 1, nkeys do
             -- #include identifier.lua
         end
-        if record then
-            if nkeys ~= 1 then
-                return redis.error_reply(ERR .. 'an undo record is for one identifier')
-            end
-        end
         if flagged and not batch then
             a = a + 1
         end
@@ -106,17 +100,15 @@ for req = 1, nreq do
         end
         always = false  -- pass 2 only checks
     end
-    if record and allowed == 1 then
+    if receipt and allowed == 1 then
+        -- the receipt: per identifier the instant its commit used
         o = #out
-        out[o + 1], out[o + 2] = olds[1], at_s
-        o = o + 2
-        for j = 3, n + 2 do
-            out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ARGV[a0 + 11 * (j - 2)], olds[j], vals[j], olds[j + n] or ''
-            o = o + 4
-        end
-        for x = 1, #xrec, 3 do
-            out[o + 1], out[o + 2], out[o + 3], out[o + 4] = xrec[x], xrec[x + 1], xrec[x + 2], ''
-            o = o + 4
+        if pending then
+            for i = 1, nkeys do
+                out[o + i] = pending[i][2]
+            end
+        else
+            out[o + 1] = at
         end
     end
     if batch then

@@ -1,10 +1,10 @@
 -- Part identifier: check every tier of one identifier (mirrors the loop body of check_all
 -- in decide.cpp): its HASH's fields (from the batch's memory or one HMGET), the key's clock
 -- ("@t": never back before it), then each tier (tier.lua). Spliced into decide() at build time.
--- In: a (the ARGV index of its tier count), k (of its HASH in KEYS), i, known, now, record.
+-- In: a (the ARGV index of its tier count), k (of its HASH in KEYS), i, known, now.
 -- Out: hash, at, at_s, e_s, horizon, n, has_log, has_lease, vals, a0, extra (what commit.lua
---   needs: in pending[i] too with several identifiers), olds and xrec (record), a and k past
---   it; the reply's values of its tiers.
+--   needs: in pending[i] too with several identifiers), a and k past it; the reply's values of
+--   its tiers.
 a0, n = a, ARGV[a]
 if n == '1' then
     n = 1
@@ -77,14 +77,6 @@ if not at_s then
     at_s = fmt('%d', at)
 end
 e_s, horizon, has_log, has_lease, extra = vals[2], 0, false, false, nil
-if record then
-    -- "@t", then per tier its field before and (j + n) its first log sequence number;
-    -- xrec: field, before, after of each older-buckets field written
-    olds, xrec = { vals[1] or '' }, {}
-    for j = 3, n + 2 do
-        olds[j] = vals[j] or ''
-    end
-end
 for j = 3, n + 2 do
     -- #include tier.lua
 end

@@ -3,14 +3,15 @@
 -- before anything is written; a single check's layout is checked in decide.lua, before its
 -- commit. Sets known, dirty, touched, batch (nil: a single check), nreq and r0.
 -- A last ARGV of a single letter is a flag (tier ids hold a '/', so none is mistaken):
---   'u' (one identifier only) asks for the undo record of the commit, after the decision:
---       "@t" before and after, then per field written its name, value before and after and
---       its first log sequence number (all strings, '' for none): the undo's arguments;
+--   'u' asks for the receipt of an admission, after the decision: per identifier the instant
+--       its commit used (as an integer), what mode undo takes it back with;
 --   'p' (a policy's count_rejected): a denied request is committed too, and the reply is
 --       the same request checked again on what it left (decide.cpp's count_rejected);
+--   'U' both 'u' and 'p';
 --   'q' checks only: nothing is written.
--- Batch: with ARGV[2] == 'batch', ARGV[3] requests follow, each as flag ('-' for none, 'p'
--- or 'q'), cost, number of identifiers, identifiers; KEYS holds their keys in the same order.
+-- Batch: with ARGV[2] == 'batch', ARGV[3] requests follow, each as flag ('-' for none, 'p',
+-- 'u', 'U' or 'q'), cost, number of identifiers, identifiers; KEYS holds their keys in the same
+-- order.
 -- A request laid out as the one before it (flag, cost, kinds of identifiers, tiers, lease) is
 -- the single argument '~', its keys in KEYS as usual: its arguments are read where the last
 -- request written out in full has them (many clients under one policy cost one layout). The
@@ -60,7 +61,7 @@ if ARGV[2] == 'batch' then
                 end
             end
             a = a + 1
-        elseif not (f == '-' or f == 'p' or f == 'q') then
+        elseif not (f == '-' or f == 'p' or f == 'q' or f == 'u' or f == 'U') then
             return redis.error_reply(ERR .. 'bad flag in a batch')
         end
         local ids = 0

@@ -29,13 +29,14 @@ local function check_log(zset, at, cost, soon, lim, per, hz)
     return ok, remaining, reset, admit_at, count
 end
 
--- log: drop the entries that left the window at `drop` (normally `at`), add `cost` entries
--- at `at`, and keep the ZSET alive `hz` past `from` (as the HASH: see the commit below). v
--- is the tier's field before this commit, count the live entries its check saw. Returns the
--- tier's new field and the first sequence number used.
-local function commit_log(zset, v, count, per, hz, at, at_s, from, cost, drop)
+-- log: drop the entries that left the window at `at`, add `cost` entries at `at`, and keep the
+-- ZSET alive `hz` past `from` (as the HASH: see the commit below). v is the tier's field
+-- before this commit, count the live entries its check saw. Returns the tier's new field.
+-- The entries at one instant are numbered 1, 2, ... with no gap (a take-back removes the
+-- highest: undo.lua), so the next number is their count.
+local function commit_log(zset, v, count, per, hz, at, at_s, from, cost)
     local call, fmt = redis.call, string.format
-    call('ZREMRANGEBYSCORE', zset, '-inf', fmt('%d', drop - per))
+    call('ZREMRANGEBYSCORE', zset, '-inf', fmt('%d', at - per))
     local ls, e
     if v then
         ls, e = string.match(v, '^(%d+);(%d+)')
@@ -70,5 +71,5 @@ local function commit_log(zset, v, count, per, hz, at, at_s, from, cost, drop)
             call('PEXPIREAT', zset, exp)
         end
     end
-    return fmt('%s;%d', at_s, exp), seq + 1
+    return fmt('%s;%d', at_s, exp)
 end

@@ -3,11 +3,11 @@
 -- (cmake/embed_lua.cmake: "-- #include"), as an inline function: the body of that loop.
 -- In: a (the tier's ARGV index - 1: its 11 values are a + 1 .. a + 11), j (its index in vals,
 --   from 3), vals[j] (its field), c (the batch's fields of the HASH), hash, t_s and t (the
---   key's "@t"), at and at_s (the instant decided at), now, cost, always, record.
+--   key's "@t"), at and at_s (the instant decided at), now, cost, always.
 -- Out: the tier's three reply values at out[o + 1 ..], o, allowed and retry_after updated;
 --   vals[j] its new field if it is to be committed (a log tier: commit_log's arguments; a
 --   concurrency tier: its live leases), horizon, has_log, has_lease, k (past a log tier's
---   ZSET), extra (older-bucket fields to write), xrec (their undo record), a += 11.
+--   ZSET), extra (other fields a commit writes: older buckets, a void mark cleared), a += 11.
 local algo = ARGV[a + 1]
 local hz = ARGV[a + 10] + 0
 if hz > horizon then
@@ -15,19 +15,30 @@ if hz > horizon then
 end
 local v = vals[j]
 -- check min_interval: `soon` until interval_ok_at, min_interval after the tier's
--- last admission (its field's <last>, most often "@t")
+-- last admission (its field's <last>, most often "@t"), unless that admission was taken back
+-- whole (its <last> in field "<tier id>|m": undo.lua), which is as no mark (decide.cpp's
+-- take_back: a mark that passed min_interval then passes it at every later instant)
 local mi = ARGV[a + 9]
 local soon, interval_ok_at = false, 0
 if v and mi ~= '0' then
     mi = mi + 0
-    local last = match(v, '^%d+')
-    if last == t_s then
-        last = t
-    else
-        last = last + 0
+    local ls = match(v, '^%d+')
+    local last = t
+    if ls ~= t_s then
+        last = ls + 0
     end
     soon = mi > 0 and at - last < mi
     interval_ok_at = last + mi
+    if soon then
+        local mf = ARGV[a + 11] .. '|m'
+        if read_field(c, hash, mf) == ls then
+            soon = false
+            -- a commit now sets this mark again: it is no longer void
+            extra = extra or {}
+            extra[#extra + 1] = mf
+            extra[#extra + 1] = ''
+        end
+    end
 end
 
 local ok, remaining, reset, admit_at, value
@@ -59,8 +70,8 @@ if algo == 'f' or algo == 's' or algo == 'm' then
         mo, ms = month_of, month_start
     end
     local id = ARGV[a + 11]
-    local total, newest, first, older, read
-    ok, remaining, reset, admit_at, total, newest, first, older, read =
+    local total, newest, first, older
+    ok, remaining, reset, admit_at, total, newest, first, older =
         check_buckets(v, c, hash, id, t_s, t, at, cost, soon, always, ARGV[a + 2] + 0, bucket, nb, hz,
                       off, mo, ms)
     if total then
@@ -71,11 +82,6 @@ if algo == 'f' or algo == 's' or algo == 'm' then
             extra = extra or {}
             extra[#extra + 1] = of
             extra[#extra + 1] = older
-            if record then
-                xrec[#xrec + 1] = of
-                xrec[#xrec + 1] = read or read_field(c, hash, of)
-                xrec[#xrec + 1] = older
-            end
         end
     end
 elseif algo == 'g' then

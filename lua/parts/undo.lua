@@ -1,55 +1,180 @@
--- Part undo: mode undo, a Redis Cluster's taking back of one identifier's commit (mirrors no
--- function of decide.cpp: one process never needs to undo). Spliced into rate_limit.lua at
--- build time as the body of its mode.
--- ARGV[2] == 'undo': take back one identifier's commit (Redis Cluster, when another node
--- denied the same request). KEYS: its HASH, then its log ZSETs in tier order. ARGV: '',
--- 'undo', cost, "@t" before and after the commit, then per field the commit wrote (its tiers'
--- in tier order, then older-bucket fields): field, value before ('' = none), value the commit
--- wrote, first log sequence number ('' = not a log tier). A field
--- goes back only if it still holds what the commit wrote (no admission since), and a log
--- tier's entries (by member) with it; "@t" only if every field did. Returns how many
--- fields went back.
+-- Part undo: mode undo, the exact taking back of an admission (mirrors take_back in decide.cpp):
+-- one another node refused (Redis Cluster), or charged less at its response. Spliced into
+-- rate_limit.lua at build time as the body of its mode.
+-- KEYS: as the admission's check (per identifier its HASH, then its log ZSETs in tier order).
+-- ARGV: time override ('' in production), 'undo', amount, whole ('1': nothing of the admission
+--   stays charged, '0'), number of identifiers, then per identifier the instant its commit used
+--   (its receipt, flag 'u'), its tier count n and n times the check's 11 values.
+-- Per tier, whatever ran since:
+--   fixed, sliding  `amount` off the count of the bucket of that instant if still held, never
+--                   below 0: an emptied older bucket leaves the list, an emptied newest stays
+--                   as count 0 (no bucket: buckets.lua);
+--   log             the `amount` highest-numbered entries at that instant (entries at one
+--                   instant are alike; their numbers stay gapless for commit_log);
+--   gcra            amount * T off tat, never behind the present max(time, "@t");
+--   concurrency     untouched (mode release gives a slot back);
+--   min_interval    with whole, a <last> still that instant (no commit since) is made void:
+--                   field "<tier id>|m" holds it (tier.lua).
+-- Nothing else changes, "@t" and TTLs neither: state only shrinks. Returns how many tiers
+-- changed.
 
 if ARGV[2] == 'undo' then
-    local hash, cost = KEYS[1], tonumber(ARGV[3])
-    local restored, fields, z = 0, 0, 2
-    local back_heads = {}  -- the tier fields put back (the record lists them first)
-    for i = 6, #ARGV, 4 do
-        local f, old, new, seq = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-        fields = fields + 1
-        local back = call('HGET', hash, f) == new
-        -- Older buckets go back with their head only: after a later admission in the same
-        -- bucket (the head changed, the older field not), the pair must stay as it is.
-        local head = match(f, '^(.*)|o$')
-        if head and not back_heads[head] then
-            back = false
+    local tm = call('TIME')
+    local now = tm[1] * 1000000 + tm[2]
+    if ARGV[1] ~= '' then
+        now = tonumber(ARGV[1])
+    end
+    local amount, whole, nids = tonumber(ARGV[3]), ARGV[4] == '1', tonumber(ARGV[5])
+    if not now or not amount or amount < 1 or not nids then
+        return redis.error_reply(ERR .. 'bad undo arguments')
+    end
+    -- The layout first: a call laid out wrong writes nothing.
+    local a, k = 6, 1
+    for _ = 1, nids do
+        local n = tonumber(ARGV[a + 1])
+        if not tonumber(ARGV[a]) or not n or n < 0 or not ARGV[a + 1 + 11 * n] or not KEYS[k] then
+            return redis.error_reply(ERR .. 'bad tier count')
         end
-        if back then
-            back_heads[f] = true
-            restored = restored + 1
-            if old == '' then
-                call('HDEL', hash, f)
-            else
-                call('HSET', hash, f, old)
+        k = k + 1
+        for j = 1, n do
+            local b = a + 11 * j - 10  -- the tier's values are b + 1 .. b + 11
+            local algo = ARGV[b + 1]
+            if algo == 'l' then
+                k = k + 1
+            elseif algo == 'f' or algo == 's' or algo == 'm' then
+                if not (tonumber(ARGV[b + 4]) and ARGV[b + 4] + 0 > 0) then
+                    return redis.error_reply(ERR .. 'bad bucket')
+                end
+            elseif algo == 'g' then
+                if not tonumber(ARGV[b + 7]) then
+                    return redis.error_reply(ERR .. 'bad interval')
+                end
+            elseif algo ~= 'c' then
+                return redis.error_reply(ERR .. 'bad algorithm')
             end
         end
-        if seq ~= '' then
-            -- only with its field: later entries at the same time number on from these
-            if back then
-                local at_s = match(new, '^%d+')
-                for q = tonumber(seq), tonumber(seq) + cost - 1 do
-                    call('ZREM', KEYS[z], at_s .. ':' .. fmt('%d', q))
+        a = a + 2 + 11 * n
+    end
+    if a - 1 ~= #ARGV or k - 1 ~= #KEYS then
+        return redis.error_reply(ERR .. 'argument count mismatch')
+    end
+
+    local changed = 0
+    local month_of, month_start
+    a, k = 6, 1
+    for _ = 1, nids do
+        local hash, at_s, n = KEYS[k], ARGV[a], ARGV[a + 1] + 0
+        local at = at_s + 0
+        k = k + 1
+        local fields = { '@t' }
+        for j = 1, n do
+            fields[j + 1] = ARGV[a + 11 * j + 1]
+        end
+        local vals = call('HMGET', hash, unpack(fields))
+        local present = now
+        if vals[1] and vals[1] + 0 > present then
+            present = vals[1] + 0
+        end
+        local hset, h = {}, 0
+        for j = 1, n do
+            local b = a + 11 * j - 10
+            local algo, v, id = ARGV[b + 1], vals[j + 1], ARGV[b + 11]
+            local nv  -- the tier's field taken back (nil: unchanged)
+            if algo == 'l' then
+                local zset = KEYS[k]
+                k = k + 1
+                local m = call('ZCOUNT', zset, at_s, at_s)
+                if m > 0 then
+                    local zrem, last = {}, m - amount + 1
+                    if last < 1 then
+                        last = 1
+                    end
+                    for q = m, last, -1 do
+                        zrem[#zrem + 1] = at_s .. ':' .. fmt('%d', q)
+                    end
+                    call('ZREM', zset, unpack(zrem))
+                    changed = changed + 1
+                end
+            elseif v and algo == 'g' then
+                local ls, d = match(v, '^(%d+);(%d+)')
+                if ls then
+                    local tat = ls + d
+                    if tat > present then
+                        local nt = tat - amount * ARGV[b + 7]
+                        if nt < present then
+                            nt = present
+                        end
+                        nv = fmt('%s;%d', ls, nt - ls)
+                    end
+                end
+            elseif v and algo ~= 'c' then
+                local ls, tot, nw, f1 = match(v, '^(%d+);(%d*)|(%d+)[|/](%d*)')
+                if ls then
+                    local bucket, off = ARGV[b + 4] + 0, 0
+                    if algo ~= 's' then
+                        off = ARGV[b + 6] + 0
+                    end
+                    local ib, il = at + off, ls + off  -- the buckets of the instant and of <last>
+                    if algo == 'm' then
+                        if not month_of then
+                            -- #include calendar.lua
+                        end
+                        ib, il = month_of(ib), month_of(il)
+                    else
+                        ib, il = (ib - ib % bucket) / bucket, (il - il % bucket) / bucket
+                    end
+                    if ib == il then
+                        local x = nw + 0
+                        if x > amount then
+                            x = amount
+                        end
+                        if x > 0 and tot == '' then
+                            nv = fmt('%s;|%d|', ls, nw - x)
+                        elseif x > 0 then
+                            nv = fmt('%s;%d|%d/%s', ls, tot - x, nw - x, f1)
+                        end
+                    elseif ib < il and tot ~= '' then
+                        local of = id .. '|o'
+                        local list = call('HGET', hash, of) or ''
+                        local key = fmt('%d:', ib)
+                        local p = string.find(',' .. list, ',' .. key, 1, true)  -- (list[p] starts it)
+                        if p then
+                            local comma = string.find(list, ',', p + #key, true)
+                            local cnt = string.sub(list, p + #key, comma - 1) + 0
+                            local x = cnt
+                            if x > amount then
+                                x = amount
+                            end
+                            local entry = ''
+                            if cnt > x then
+                                entry = fmt('%s%d,', key, cnt - x)
+                            end
+                            list = string.sub(list, 1, p - 1) .. entry .. string.sub(list, comma + 1)
+                            if list == '' then
+                                nv = fmt('%s;|%s|', ls, nw)  -- (the "|o" field is then stale)
+                            else
+                                nv = fmt('%s;%d|%s/%s', ls, tot - x, nw, match(list, '^(%d+):'))
+                                hset[h + 1], hset[h + 2] = of, list
+                                h = h + 2
+                            end
+                        end
+                    end
                 end
             end
-            z = z + 1
+            if nv then
+                hset[h + 1], hset[h + 2] = id, nv
+                h = h + 2
+                changed = changed + 1
+            end
+            if whole and v and ARGV[b + 9] ~= '0' and match(v, '^%d+') == at_s then
+                hset[h + 1], hset[h + 2] = id .. '|m', at_s
+                h = h + 2
+            end
         end
-    end
-    if restored == fields and call('HGET', hash, '@t') == ARGV[5] then
-        if ARGV[4] == '' then
-            call('HDEL', hash, '@t')
-        else
-            call('HSET', hash, '@t', ARGV[4])
+        if h > 0 then
+            call('HSET', hash, unpack(hset))
         end
+        a = a + 2 + 11 * n
     end
-    return restored
+    return changed
 end

@@ -64,8 +64,10 @@ void read_query(const kind_names& names, std::string_view target, caller& out) {
     out.queries.assign(names.queries.size(), std::nullopt);
     const auto q = target.find('?');
     if (q == std::string_view::npos) return;
-    std::string_view query = target.substr(q + 1);
-    query = query.substr(0, query.find('#'));
+    std::string_view rest = target.substr(q + 1);
+    // A string of its own: Boost 1.81's parse_query() reads its argument as a C string (up
+    // to a NUL), past the end of a view into the head.
+    const std::string query(rest.substr(0, rest.find('#')));
     if (!boost::urls::parse_query(query)) return;
     boost::urls::encoding_opts plus_is_space;
     plus_is_space.space_as_plus = true;

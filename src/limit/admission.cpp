@@ -2,7 +2,6 @@
 
 #include "limit/rate_limit_fields.hpp"
 
-#include "base/text.hpp"
 #include "identity/kind_spec.hpp"
 
 #include <algorithm>
@@ -40,9 +39,10 @@ void append_label_value(std::string& out, std::string_view v) {
     for (const char c : v) {
         const auto u = static_cast<unsigned char>(c);
         if (u <= 0x20 || u >= 0x7f || c == '%' || c == '+' || c == '/' || c == '"' || c == '\\') {
+            constexpr std::string_view upper = "0123456789ABCDEF";
             out += '%';
-            out += base::hex_digits[u >> 4];
-            out += base::hex_digits[u & 0x0f];
+            out += upper[u >> 4];
+            out += upper[u & 0x0f];
         } else {
             out += c;
         }
@@ -68,6 +68,17 @@ std::optional<std::string_view> value_at(const std::vector<std::optional<std::st
 
 }  // namespace
 
+// Field by field: a store_key built whole and copied in costs the hot path store-forwarding
+// stalls (its fields' stores are read back as wider loads).
+void admission::set_key(std::size_t i, identity::kind kind, const digest& id, std::span<const tier> tiers,
+                        std::uint32_t max_values) {
+    store_key& k = keys_[i];
+    k.kind = kind;
+    k.id = id;
+    k.tiers = tiers;
+    k.max_values = max_values;
+}
+
 const std::string& admission::ip_text(const admission_context& ctx) {
     if (!ip_text_cached_ || who_->client != cached_text_client_) {
         ip_text_cached_ = true;
@@ -86,7 +97,7 @@ std::size_t admission::values_of(const admission_context& ctx, const kind_tiers&
                 if (!who_->user.empty()) v = who_->user;
                 break;
             case identity::part_kind::route:
-                if (!route_.empty()) v = route_;
+                if (route_ != nullptr && !route_->empty()) v = *route_;
                 break;
             case identity::part_kind::header: v = value_at(who_->headers, k.slot[i]); break;
             case identity::part_kind::claim: v = value_at(who_->claims, k.slot[i]); break;
@@ -98,8 +109,38 @@ std::size_t admission::values_of(const admission_context& ctx, const kind_tiers&
     return no_key;
 }
 
+void admission::refuse_missing(outcome& out, std::string why) {
+    out.what = outcome::kind::missing;
+    out.decision = decision_kind::missing;
+    out.reason = std::move(why);
+}
+
+// Out of prepare(): a policy of ip and user alone keeps its path short.
+bool admission::add_kinds(const admission_context& ctx, const policy& p, std::size_t& n, outcome& out) {
+    for (const kind_tiers& k : p.kinds) {
+        part_values values;
+        if (const std::size_t missing = values_of(ctx, k, values); missing != no_key) {
+            if (!k.refuse_missing || p.shadow) continue;
+            std::string why = "missing ";
+            config::append_part_text(why, k.spec.parts[missing]);
+            if (k.spec.composite()) why.append(" (of ").append(k.spec.text).append(")");
+            why.append(": policy ").append(p.name).append(" refuses requests without it");
+            refuse_missing(out, std::move(why));
+            return false;
+        }
+        std::string_view input = values[0];
+        if (k.spec.composite()) {
+            k.spec.hash_input(std::span(values.data(), k.spec.parts.size()), input_);
+            input = input_;
+        }
+        kind_tiers_[n] = &k;
+        set_key(n++, static_cast<identity::kind>(k.id), ctx.hasher.hash(k.spec.text, input), k.tiers, k.max_values);
+    }
+    return true;
+}
+
 bool admission::prepare(const admission_context& ctx, const policy& p, std::int64_t cost, const identity::caller& who,
-                        outcome& out, std::string_view route) {
+                        outcome& out, const std::string* route) {
     if (who.allow_listed) {
         out.decision = decision_kind::bypass;
         return false;
@@ -112,12 +153,6 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
         cached_for_ = ctx.generation;
         ip_cached_ = ip_text_cached_ = user_cached_ = false;
     }
-    const auto refuse_missing = [&](std::string why) {
-        out.what = outcome::kind::missing;
-        out.decision = decision_kind::missing;
-        out.reason = std::move(why);
-        return false;
-    };
     std::size_t n = 0, user_key = no_key, ip_key = no_key;
     if (!p.ip.empty()) {
         if (!ip_cached_ || who.client != cached_client_) {
@@ -127,7 +162,7 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
         }
         kind_tiers_[n] = nullptr;
         ip_key = n;
-        keys_[n++] = {identity::kind::ip, cached_ip_, p.ip};
+        set_key(n++, identity::kind::ip, cached_ip_, p.ip, 0);
     }
     if (!who.user.empty()) {
         std::span<const tier> tiers = p.user;
@@ -154,29 +189,13 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
             }
             kind_tiers_[n] = nullptr;
             user_key = n;
-            keys_[n++] = {identity::kind::user, cached_user_hash_, tiers};
+            set_key(n++, identity::kind::user, cached_user_hash_, tiers, 0);
         }
     } else if (p.refuse_missing_user && !p.shadow) {
-        return refuse_missing("missing user: policy " + p.name + " refuses requests without credentials");
+        refuse_missing(out, "missing user: policy " + p.name + " refuses requests without credentials");
+        return false;
     }
-    for (const kind_tiers& k : p.kinds) {
-        part_values values;
-        if (const std::size_t missing = values_of(ctx, k, values); missing != no_key) {
-            if (!k.refuse_missing || p.shadow) continue;
-            std::string why = "missing ";
-            config::append_part_text(why, k.spec.parts[missing]);
-            if (k.spec.composite()) why.append(" (of ").append(k.spec.text).append(")");
-            why.append(": policy ").append(p.name).append(" refuses requests without it");
-            return refuse_missing(std::move(why));
-        }
-        std::string_view input = values[0];
-        if (k.spec.composite()) {
-            k.spec.hash_input(std::span(values.data(), k.spec.parts.size()), input_);
-            input = input_;
-        }
-        kind_tiers_[n] = &k;
-        keys_[n++] = {static_cast<identity::kind>(k.id), ctx.hasher.hash(k.spec.text, input), k.tiers, k.max_values};
-    }
+    if (!p.kinds.empty() && !add_kinds(ctx, p, n, out)) return false;
     request_ = {std::span(keys_.data(), n), cost, p.count_rejected, 0};
     // Only a request that meets a concurrency tier draws a lease (a policy's may be in a
     // tier list this caller does not get, as a plan's).

@@ -88,9 +88,11 @@ public:
     // plan the policy has no tiers for, or 400 for a value the policy refuses to go without).
     // The request's keys: ip, user, then the policy's other kinds in file order, each kind
     // whose value the caller lacks left out (on_missing: skip). `route`: the route's name,
-    // the value of the route kind. `who` and `route` must stay alive until conclude().
+    // the value of the route kind (null: none; a pointer, not a view, which as a seventh
+    // argument would go through the stack and stall the hot path). `who` and `route` must
+    // stay alive until conclude().
     bool prepare(const admission_context& ctx, const policy& p, std::int64_t cost, const identity::caller& who,
-                 outcome& out, std::string_view route = {});
+                 outcome& out, const std::string* route = nullptr);
     // The store request; its lease is nonzero when the request meets a concurrency tier.
     const check_request& request() const { return request_; }
     // The decision, given the store's answer. Records metrics.
@@ -104,8 +106,13 @@ private:
     std::size_t values_of(const admission_context& ctx, const kind_tiers& k, part_values& values);
     // The client's identifier text (an IPv6 address as its network), cached per connection.
     const std::string& ip_text(const admission_context& ctx);
+    // Adds the keys of p's other kinds after keys_[0, n); false when one refuses a missing value.
+    bool add_kinds(const admission_context& ctx, const policy& p, std::size_t& n, outcome& out);
+    static void refuse_missing(outcome& out, std::string why);
     // The key whose tier refused (the last in request order when several did), or npos.
     std::size_t refusing_key(const decision& d) const;
+    void set_key(std::size_t i, identity::kind kind, const digest& id, std::span<const tier> tiers,
+                 std::uint32_t max_values);
     std::string label_of(const admission_context& ctx, std::size_t key);
     void record_refusal(const admission_context& ctx, const policy& p, std::size_t key);
 
@@ -113,7 +120,7 @@ private:
     std::array<const kind_tiers*, max_request_keys> kind_tiers_{};  // keys_[i]'s kind; null for ip and user
     check_request request_;
     const identity::caller* who_ = nullptr;  // prepare()'s, until conclude()
-    std::string_view route_;
+    const std::string* route_ = nullptr;
     // The last identifiers hashed on this connection, and the snapshot they were hashed for.
     std::uint64_t cached_for_ = 0;
     bool ip_cached_ = false, ip_text_cached_ = false, user_cached_ = false;

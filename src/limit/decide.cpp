@@ -37,7 +37,7 @@ check check_buckets(const tier& t, const tier_state& s, usec now, std::int64_t c
     std::int64_t count = 0;
     std::int64_t first_live = -1;  // index into data of the oldest live bucket
     for (std::size_t i = 0; i < s.data.size(); i += 2) {
-        if (s.data[i] < oldest) continue;
+        if (s.data[i] < oldest || s.data[i + 1] == 0) continue;  // (a count of 0 is no bucket)
         if (first_live < 0) first_live = static_cast<std::int64_t>(i);
         count += s.data[i + 1];
     }
@@ -76,7 +76,7 @@ void commit_buckets(const tier& t, tier_state& s, usec now, std::int64_t cost) {
     s.data.erase(s.data.begin(), s.data.begin() + static_cast<std::ptrdiff_t>(drop));
     if (!s.data.empty() && s.data[s.data.size() - 2] == current) {
         s.data.back() += cost;
-    } else {
+    } else if (cost > 0) {
         s.data.push_back(current);
         s.data.push_back(cost);
     }
@@ -322,10 +322,12 @@ decision check_all(std::span<const key_request> keys, usec now, std::int64_t cos
     return d;
 }
 
-void commit_all(std::span<const key_request> keys, usec now, std::int64_t cost, std::uint64_t lease, bool admitted) {
+void commit_all(std::span<const key_request> keys, usec now, std::int64_t cost, std::uint64_t lease, bool admitted,
+                receipt* taken) {
     for (const auto& kr : keys) {
         key_state& ks = *kr.state;
         const usec at = std::max(now, ks.last_time);
+        if (taken) taken->at.push_back(at);
         for (const tier& t : kr.tiers) {
             tier_state& s = ks.find_or_add(t.key);
             commit_tier(t, s, at, cost, lease, admitted);
@@ -341,12 +343,58 @@ void commit_all(std::span<const key_request> keys, usec now, std::int64_t cost, 
 }  // namespace
 
 decision decide(std::span<const key_request> keys, usec now, std::int64_t cost, bool count_rejected,
-                std::uint64_t lease) {
+                std::uint64_t lease, receipt* taken) {
     decision d = check_all(keys, now, cost, lease);
     if (!d.allowed && !count_rejected) return d;
-    commit_all(keys, now, cost, lease, d.allowed);
+    commit_all(keys, now, cost, lease, d.allowed, d.allowed ? taken : nullptr);
     if (d.allowed) return d;
     return check_all(keys, now, cost, lease);  // counted though refused: it only pushed admission later
+}
+
+namespace {
+
+void take_back_buckets(const tier& t, tier_state& s, usec at, std::int64_t amount) {
+    const std::int64_t index = bucket_of(t, at);
+    for (std::size_t i = 0; i < s.data.size(); i += 2) {
+        if (s.data[i] != index) continue;
+        s.data[i + 1] -= std::min(amount, s.data[i + 1]);
+        if (s.data[i + 1] == 0)
+            s.data.erase(s.data.begin() + static_cast<std::ptrdiff_t>(i),
+                         s.data.begin() + static_cast<std::ptrdiff_t>(i + 2));
+        return;
+    }
+}
+
+void take_back_log(tier_state& s, usec at, std::int64_t amount) {
+    auto [first, last] = std::equal_range(s.data.begin(), s.data.end(), at);
+    s.data.erase(first, first + std::min<std::ptrdiff_t>(amount, last - first));
+}
+
+void take_back_gcra(const tier& t, tier_state& s, usec present, std::int64_t amount) {
+    if (s.data.empty() || s.data[0] <= present) return;
+    s.data[0] = std::max(s.data[0] - amount * t.interval, present);
+}
+
+}  // namespace
+
+void take_back(std::span<const key_request> keys, usec now, std::int64_t amount, const receipt& rc, bool whole) {
+    for (std::size_t k = 0; k < keys.size() && k < rc.at.size(); ++k) {
+        key_state& ks = *keys[k].state;
+        const usec at = rc.at[k];
+        const usec present = std::max(now, ks.last_time);
+        for (const tier& t : keys[k].tiers) {
+            tier_state* s = ks.find(t.key);
+            if (!s) continue;
+            switch (t.algo) {
+                case config::algorithm::fixed:
+                case config::algorithm::sliding: take_back_buckets(t, *s, at, amount); break;
+                case config::algorithm::gcra: take_back_gcra(t, *s, present, amount); break;
+                case config::algorithm::log: take_back_log(*s, at, amount); break;
+                case config::algorithm::concurrency: break;
+            }
+            if (whole && t.min_interval > 0 && s->last == at) s->last = no_time;
+        }
+    }
 }
 
 bool decision::retry_unknown() const {

@@ -77,6 +77,15 @@ struct key_request {
     std::span<const tier> tiers;
 };
 
+// What an admission committed, as take_back needs it to take the commit back exactly whatever
+// ran since: per key of the request (in order) the time its commit used (its `at`: now
+// clamped to the key's clock). `local`: decided by store.on_error local on this gateway's
+// memory store (fallback_store), which then takes it back.
+struct receipt {
+    std::vector<usec> at;
+    bool local = false;
+};
+
 struct tier_result {
     const tier* t = nullptr;
     std::size_t key_index = 0;   // which key_request it belongs to
@@ -111,8 +120,26 @@ struct decision {
 // until now + per (the lease), and only for an admitted request (a refused one is not in
 // flight, counted or not). With lease 0 (a charge after the response) it is not checked and
 // takes nothing.
+//
+// With `taken`, an admission fills it (a denial leaves it empty).
 decision decide(std::span<const key_request> keys, usec now, std::int64_t cost, bool count_rejected = false,
-                std::uint64_t lease = 0);
+                std::uint64_t lease = 0, receipt* taken = nullptr);
+
+// Takes back `amount` of the admission that returned receipt `rc` (the same keys and tiers),
+// exactly whatever ran since:
+//   fixed, sliding  `amount` from the count of the bucket of rc.at (if still held; never below
+//                   0, an emptied bucket dropped);
+//   log             `amount` entries at rc.at (those still held);
+//   gcra            amount * T off its tat, but never behind the present max(now, key clock)
+//                   (one tat holds no history: when admissions followed that did not wait
+//                   behind this one, they move up by as much, a little more than exact);
+//   min_interval    with `whole` (nothing of the admission stays charged) the tier's mark goes
+//                   if no commit followed it (a commit that passed its min_interval at rc.at
+//                   also passed it for every later instant: no mark is then the same as the
+//                   one before it);
+//   concurrency     untouched (a lease goes through release_lease).
+// The key clocks and expiries stay: state only shrinks.
+void take_back(std::span<const key_request> keys, usec now, std::int64_t amount, const receipt& rc, bool whole = true);
 
 // The concurrency slots of lease `lease` in `keys`: given back, or kept for another `per`
 // from now (a lease that already lapsed is not taken again: its slot may be someone else's).

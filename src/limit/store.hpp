@@ -43,14 +43,6 @@ struct check_request {
     bool query = false;           // check only: nothing is written (the admin's view of one identifier)
 };
 
-// What an admission committed, as store::take_back needs it to take the commit back exactly
-// whatever ran since: per key of the request (in order) the time its commit used, and (Redis)
-// per log tier in request order the first sequence number of its entries.
-struct receipt {
-    std::vector<usec> at;
-    std::vector<std::int64_t> log_seq;
-};
-
 // Lease ids for the slots of concurrency tiers: random (gateways draw them independently),
 // never 0, below 2^53 (the Redis script's numbers are doubles).
 class lease_ids {

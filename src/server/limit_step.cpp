@@ -15,7 +15,7 @@ awaitable<void> limit_step::decide(std::shared_ptr<const snapshot> snap, const r
                                        cfg.response.headers,    &w_.refusals, &w_.lease_ids};
     request_ = &admission_.request();
     controls_.reset();
-    bool asking = admission_.prepare(ctx, *r->limits, r->cost, who, out, r->name);
+    bool asking = admission_.prepare(ctx, *r->limits, r->cost, who, out, &r->name);
     if (w_.controls && !w_.controls->empty()) {
         if (!controlled(ctx, *r, who, out, asking)) co_return;
     }
@@ -57,7 +57,7 @@ bool limit_step::controlled(const limit::admission_context& ctx, const route::ro
             replanned_ = who;
             replanned_.plan = *plan;
             out.reset();
-            asking = admission_.prepare(ctx, p, r.cost, replanned_, out, r.name);
+            asking = admission_.prepare(ctx, p, r.cost, replanned_, out, &r.name);
         }
     }
     if (!asking) return true;

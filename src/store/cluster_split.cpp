@@ -22,19 +22,19 @@ namespace {
 
 bool ok(const limit::check_result& p) { return p.state == limit::check_result::status::ok; }
 
-// One identifier of `r` on the node serving its slot; with `undo`, its commit's record (flag
-// undo); with flag query, only checked. A failure is its result.
+// One identifier of `r` on the node serving its slot, asking for its receipt if `receipt`;
+// with flag query, only checked. A failure is its result.
 asio::awaitable<limit::check_result> decide_part(split_context c, limit::check_request r, std::size_t key,
-                                                 call_flag flag, redis_script::undo_record* undo,
-                                                 redis_clock::time_point deadline) {
+                                                 call_flag flag, bool receipt, redis_clock::time_point deadline) {
     try {
-        const limit::check_request one{r.keys.subspan(key, 1), r.cost, r.count_rejected, r.lease};
+        limit::check_request one{r.keys.subspan(key, 1), r.cost, r.count_rejected, r.lease};
+        one.want_receipt = receipt;
         std::vector<std::string> argv;
         redis_script::build_call(argv, c.sha, c.key_prefix, one, std::nullopt, flag);
         const auto slot = cluster::key_slot(argv[3]);  // the identifier's HASH: its hash tag
         auto reply = co_await c.transport.call(slot, format_command(argv), true, deadline);
         if (!reply.ok()) co_return redis_script::failure(to_string(reply.failure));
-        auto out = redis_script::parse_reply(reply.reply.get(), one, undo);
+        auto out = redis_script::parse_reply(reply.reply.get(), one);
         for (auto& t : out.verdict.tiers) t.key_index = key;
         co_return out;
     } catch (const std::exception& e) {
@@ -43,23 +43,44 @@ asio::awaitable<limit::check_result> decide_part(split_context c, limit::check_r
     co_return redis_script::failure("redis store failure");
 }
 
-// Takes back identifier `key`'s commit `u`; a failure is logged.
-asio::awaitable<void> undo_part(split_context c, limit::check_request r, std::size_t key,
-                                const redis_script::undo_record* u, redis_clock::time_point deadline) {
+// Takes back `amount` of identifier `key`'s admission at `at`; false (logged) when it could not.
+asio::awaitable<bool> take_back_part(split_context c, limit::check_request r, std::size_t key, limit::usec at,
+                                     std::int64_t amount, redis_clock::time_point deadline) {
     try {
+        const limit::check_request one{r.keys.subspan(key, 1), r.cost, false, r.lease};
+        limit::receipt rc;
+        rc.at.push_back(at);
         std::vector<std::string> argv;
-        redis_script::build_undo(argv, c.sha, c.key_prefix, r.keys[key], r.cost, *u);
+        redis_script::build_take_back(argv, c.sha, c.key_prefix, one, rc, amount);
         const auto slot = cluster::key_slot(argv[3]);
         auto reply = co_await c.transport.call(slot, format_command(argv), true, deadline);
-        if (reply.ok() && reply.reply->type == REDIS_REPLY_INTEGER) {
-            c.counters.undos.add();
-            co_return;
-        }
+        if (reply.ok() && reply.reply->type == REDIS_REPLY_INTEGER) co_return true;
         spdlog::warn("redis cluster: a commit could not be taken back ({}); its identifier stays charged",
                      reply.ok() ? "error reply" : to_string(reply.failure));
     } catch (const std::exception& e) {
         spdlog::warn("redis cluster: a commit could not be taken back ({}); its identifier stays charged", e.what());
     }
+    c.counters.errors.add();
+    co_return false;
+}
+
+// take_back_part for each identifier i with at[i] set, all at once; how many were not taken back.
+asio::awaitable<std::size_t> take_back_parts(split_context c, limit::check_request r, std::vector<limit::usec> at,
+                                             std::int64_t amount, redis_clock::time_point deadline) {
+    namespace ex = asio::experimental;
+    const auto executor = co_await asio::this_coro::executor;
+    using op = decltype(asio::co_spawn(executor, take_back_part(c, r, 0, 0, amount, deadline), asio::deferred));
+    std::vector<op> ops;
+    for (std::size_t i = 0; i < at.size(); ++i)
+        if (at[i] != limit::no_time)
+            ops.push_back(asio::co_spawn(executor, take_back_part(c, r, i, at[i], amount, deadline), asio::deferred));
+    if (ops.empty()) co_return 0;
+    auto [order, errors, done] =
+        co_await ex::make_parallel_group(std::move(ops)).async_wait(ex::wait_for_all(), asio::use_awaitable);
+    (void)order;
+    std::size_t failed = 0;
+    for (std::size_t i = 0; i < done.size(); ++i) failed += errors[i] || !done[i];
+    co_return failed;
 }
 
 // After a counted refusal: the leases the admitting identifiers took are given back, with a
@@ -86,19 +107,16 @@ asio::awaitable<split_outcome> decide_split(split_context c, limit::check_reques
     const auto executor = co_await asio::this_coro::executor;
     const std::size_t n = r.keys.size();
     // Every identifier at once, each on its own node (or pipelined on a shared one). A
-    // count_rejected request is committed everywhere whatever the verdict: nothing to undo.
+    // count_rejected request is committed everywhere whatever the verdict: nothing to take back.
     const bool counted = r.count_rejected;
-    std::vector<redis_script::undo_record> undo(n);
+    const bool receipts = !counted || r.want_receipt;
     using part_op =
-        decltype(asio::co_spawn(executor, decide_part(c, r, 0, call_flag::none, nullptr, deadline), asio::deferred));
+        decltype(asio::co_spawn(executor, decide_part(c, r, 0, call_flag::none, false, deadline), asio::deferred));
     std::vector<part_op> ops;
     ops.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) {
-        ops.push_back(asio::co_spawn(
-            executor,
-            decide_part(c, r, i, counted ? call_flag::none : call_flag::undo, counted ? nullptr : &undo[i], deadline),
-            asio::deferred));
-    }
+    for (std::size_t i = 0; i < n; ++i)
+        ops.push_back(
+            asio::co_spawn(executor, decide_part(c, r, i, call_flag::none, receipts, deadline), asio::deferred));
     auto [order, errors, parts] =
         co_await ex::make_parallel_group(std::move(ops)).async_wait(ex::wait_for_all(), asio::use_awaitable);
     (void)order;
@@ -108,6 +126,11 @@ asio::awaitable<split_outcome> decide_split(split_context c, limit::check_reques
     // A denial anywhere is the answer; else a failure anywhere; else the admission.
     bool denied = false;
     for (const auto& p : parts) denied = denied || (ok(p) && !p.verdict.allowed);
+    // The instant each admitting identifier committed at (no_time: nothing to take back).
+    std::vector<limit::usec> admitted(n, limit::no_time);
+    for (std::size_t i = 0; i < n; ++i)
+        if (ok(parts[i]) && parts[i].verdict.allowed && parts[i].taken.at.size() == 1)
+            admitted[i] = parts[i].taken.at[0];
     if (denied && counted) {
         // As decide() does after counting a refusal: the identifiers that admitted are
         // checked again on what they now hold (the refusing ones' replies already are),
@@ -116,7 +139,7 @@ asio::awaitable<split_outcome> decide_split(split_context c, limit::check_reques
         if (r.lease != 0) co_await release_admitted(c, r, parts);
         for (std::size_t i = 0; i < n; ++i) {
             if (ok(parts[i]) && parts[i].verdict.allowed)
-                parts[i] = co_await decide_part(c, r, i, call_flag::query, nullptr, deadline);
+                parts[i] = co_await decide_part(c, r, i, call_flag::query, false, deadline);
         }
     }
     split_outcome out;
@@ -129,23 +152,26 @@ asio::awaitable<split_outcome> decide_split(split_context c, limit::check_reques
         out.result.verdict.retry_after = std::max(out.result.verdict.retry_after, p.verdict.retry_after);
         for (auto& t : p.verdict.tiers) out.result.verdict.tiers.push_back(t);
     }
-    if (!denied || counted) co_return out;
-
-    // Take back what the others committed, all at once, within the same deadline.
-    using undo_op = decltype(asio::co_spawn(executor, undo_part(c, r, 0, &undo[0], deadline), asio::deferred));
-    std::vector<undo_op> undos;
-    for (std::size_t i = 0; i < n; ++i)
-        if (ok(parts[i]) && parts[i].verdict.allowed)
-            undos.push_back(asio::co_spawn(executor, undo_part(c, r, i, &undo[i], deadline), asio::deferred));
-    if (!undos.empty()) {
-        auto [undo_order, undo_errors] =
-            co_await ex::make_parallel_group(std::move(undos)).async_wait(ex::wait_for_all(), asio::use_awaitable);
-        (void)undo_order;
-        for (const auto& e : undo_errors)  // (an undo catches its own; this is its frame not made)
-            if (e) spdlog::warn("redis cluster: a commit could not be taken back; its identifier stays charged");
+    if (!denied) {
+        if (r.want_receipt) out.result.taken.at = std::move(admitted);
+        co_return out;
     }
+    if (counted) co_return out;
+
+    // Take back what the others committed, exactly, all at once, within the same deadline.
+    const auto parts_admitted = static_cast<std::size_t>(
+        std::count_if(admitted.begin(), admitted.end(), [](limit::usec at) { return at != limit::no_time; }));
+    const std::size_t failed = co_await take_back_parts(c, r, std::move(admitted), r.cost, deadline);
+    c.counters.undos.add(parts_admitted - failed);  // (each failure is logged and counted as an error)
     out.undone = true;
     co_return out;
+}
+
+asio::awaitable<bool> take_back_split(split_context c, limit::check_request r, limit::receipt rc, std::int64_t amount,
+                                      redis_clock::time_point deadline) {
+    if (rc.at.size() != r.keys.size()) co_return false;
+    const std::size_t failed = co_await take_back_parts(c, r, std::move(rc.at), amount, deadline);
+    co_return failed == 0;
 }
 
 }  // namespace sluice::store

@@ -43,15 +43,38 @@ limit::check_result fallback_store::decide_locally(const limit::check_request& r
     if (!degraded_.exchange(true, std::memory_order_relaxed)) state_.entered(why);
     counters_.local_decisions.add();
     try {
-        keys_.assign(r.keys.begin(), r.keys.end());
-        for (auto& k : keys_) k.tiers = divided(k.tiers);
-        return *local_.try_check({keys_, r.cost, r.count_rejected, r.lease});
+        limit::check_request local = r;
+        local.keys = local_keys(r);
+        auto out = *local_.try_check(local);
+        out.taken.local = true;
+        return out;
     } catch (const std::exception&) {
         limit::check_result out;  // then store.on_error local fails open, as allow does
         out.state = limit::check_result::status::error;
         out.error = "out of memory";
         return out;
     }
+}
+
+std::span<const limit::store_key> fallback_store::local_keys(const limit::check_request& r) {
+    keys_.assign(r.keys.begin(), r.keys.end());
+    for (auto& k : keys_) k.tiers = divided(k.tiers);
+    return keys_;
+}
+
+boost::asio::awaitable<bool> fallback_store::take_back(limit::check_request r, limit::receipt rc, std::int64_t amount) {
+    if (!rc.local) {
+        const bool done = co_await shared_.take_back(r, rc, amount);
+        co_return done;
+    }
+    try {
+        limit::check_request local = r;
+        local.keys = local_keys(r);
+        local_.take_back_now(local, rc, amount);
+    } catch (const std::exception&) {
+        co_return false;
+    }
+    co_return true;
 }
 
 void fallback_store::answered() {

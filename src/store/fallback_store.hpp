@@ -62,6 +62,8 @@ public:
         shared_.change_lease(r, c);
         local_.change_lease(r, c);
     }
+    // To the store that admitted (receipt::local): the local one over the same divided tiers.
+    boost::asio::awaitable<bool> take_back(limit::check_request r, limit::receipt rc, std::int64_t amount) override;
     // Both stores: the local one holds what this gateway decided while degraded. The
     // shared store's answer.
     boost::asio::awaitable<bool> reset(limit::check_request r) override;
@@ -81,6 +83,8 @@ private:
     // the worker does not turn degraded).
     limit::check_result query_locally(const limit::check_request& r);
     std::span<const limit::tier> divided(std::span<const limit::tier> tiers);
+    // r's keys over divided tiers (in keys_: valid until the next call).
+    std::span<const limit::store_key> local_keys(const limit::check_request& r);
     void answered();
 
     limit::store& shared_;

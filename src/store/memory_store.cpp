@@ -129,7 +129,8 @@ std::optional<limit::check_result> memory_store::try_check(const limit::check_re
                                          std::span(entries.data(), i), r.keys[i].max_values);
             reqs[i] = {&entries[i]->state, r.keys[i].tiers};
         }
-        out.verdict = limit::decide(std::span(reqs.data(), n), now, r.cost, r.count_rejected, r.lease);
+        out.verdict = limit::decide(std::span(reqs.data(), n), now, r.cost, r.count_rejected, r.lease,
+                                    r.want_receipt ? &out.taken : nullptr);
         // A key created for a request that was then denied holds nothing: drop it again.
         for (std::size_t i = 0; i < n; ++i)
             if (inserted[i] && entries[i]->state.tiers.empty()) erase(stripes_[stripe_of(r.keys[i].id)], *entries[i]);
@@ -195,6 +196,26 @@ void memory_store::reset_now(const limit::check_request& r) {
 
 boost::asio::awaitable<bool> memory_store::reset(limit::check_request r) {
     reset_now(r);
+    const bool done = true;
+    co_return done;
+}
+
+void memory_store::take_back_now(const limit::check_request& r, const limit::receipt& rc, std::int64_t amount) {
+    locked(r, [&](limit::usec now) {
+        const std::size_t n = std::min<std::size_t>(r.keys.size(), 8);
+        std::array<limit::key_request, 8> reqs;
+        std::array<limit::key_state, 8> gone;  // an identifier no longer held: nothing to take back
+        for (std::size_t i = 0; i < n; ++i) {
+            auto& s = stripes_[stripe_of(r.keys[i].id)];
+            auto it = s.map.find({r.keys[i].id, r.keys[i].kind});
+            reqs[i] = {it == s.map.end() ? &gone[i] : &it->second.state, r.keys[i].tiers};
+        }
+        limit::take_back(std::span(reqs.data(), n), now, amount, rc, amount >= r.cost);
+    });
+}
+
+boost::asio::awaitable<bool> memory_store::take_back(limit::check_request r, limit::receipt rc, std::int64_t amount) {
+    take_back_now(r, rc, amount);
     const bool done = true;
     co_return done;
 }

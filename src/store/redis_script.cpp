@@ -140,43 +140,49 @@ void emit_time(Sink& out, std::optional<limit::usec> now_override) {
         out.arg("");  // ARGV[1]: the script reads TIME
 }
 
+// One identifier's part: its tier count, then 11 values per tier.
+template <class Sink>
+void emit_tiers(Sink& out, const limit::store_key& k, std::uint64_t lease) {
+    out.number(static_cast<std::int64_t>(k.tiers.size()));
+    for (const auto& t : k.tiers) {
+        const char code = algorithm_code(t);
+        out.arg(std::string_view(&code, 1));
+        out.number(t.limit);
+        out.number(t.per);
+        out.number(t.bucket);
+        out.number(t.buckets);
+        switch (t.algo) {
+            case config::algorithm::fixed: out.number(t.offset); break;
+            case config::algorithm::concurrency: out.number(static_cast<std::int64_t>(lease)); break;
+            default: out.number(t.burst); break;
+        }
+        out.number(t.interval);
+        out.number(t.tolerance);
+        out.number(t.min_interval);
+        out.number(t.horizon);
+        out.arg(t.id);
+    }
+}
+
 template <class Sink>
 void emit_request(Sink& out, const limit::check_request& r) {
     out.number(r.cost);
     out.number(static_cast<std::int64_t>(r.keys.size()));
-    for (const auto& k : r.keys) {
-        out.number(static_cast<std::int64_t>(k.tiers.size()));
-        for (const auto& t : k.tiers) {
-            const char code = algorithm_code(t);
-            out.arg(std::string_view(&code, 1));
-            out.number(t.limit);
-            out.number(t.per);
-            out.number(t.bucket);
-            out.number(t.buckets);
-            switch (t.algo) {
-                case config::algorithm::fixed: out.number(t.offset); break;
-                case config::algorithm::concurrency: out.number(static_cast<std::int64_t>(r.lease)); break;
-                default: out.number(t.burst); break;
-            }
-            out.number(t.interval);
-            out.number(t.tolerance);
-            out.number(t.min_interval);
-            out.number(t.horizon);
-            out.arg(t.id);
-        }
-    }
+    for (const auto& k : r.keys) emit_tiers(out, k, r.lease);
+}
+
+// A request's flag beyond `flag`: "" for none.
+std::string_view flag_of(const limit::check_request& r, call_flag flag) {
+    if (flag == call_flag::query) return "q";
+    if (r.want_receipt) return r.count_rejected ? "U" : "u";
+    return r.count_rejected ? "p" : "";
 }
 
 template <class Sink>
 void emit_call(Sink& out, std::string_view sha, std::string_view key_prefix, const limit::check_request& r,
                std::optional<limit::usec> now_override, call_flag flag) {
     const auto [numkeys, args] = call_size(r);
-    std::string_view flag_arg;
-    switch (flag) {
-        case call_flag::none: flag_arg = r.count_rejected ? "p" : ""; break;
-        case call_flag::undo: flag_arg = "u"; break;
-        case call_flag::query: flag_arg = "q"; break;
-    }
+    const std::string_view flag_arg = flag_of(r, flag);
     out.count(3 + numkeys + 1 + args + (flag_arg.empty() ? 0 : 1));
     out.arg("EVALSHA");
     out.arg(sha);
@@ -193,8 +199,8 @@ void emit_call(Sink& out, std::string_view sha, std::string_view key_prefix, con
 enum class form { full, same_layout, same };
 
 form form_of(const limit::check_request& r, const limit::check_request* before) {
-    if (!before || r.cost != before->cost || r.count_rejected != before->count_rejected || r.lease != before->lease ||
-        r.keys.size() != before->keys.size())
+    if (!before || r.cost != before->cost || r.count_rejected != before->count_rejected ||
+        r.want_receipt != before->want_receipt || r.lease != before->lease || r.keys.size() != before->keys.size())
         return form::full;
     bool same_ids = true;
     for (std::size_t i = 0; i < r.keys.size(); ++i) {
@@ -231,10 +237,12 @@ void emit_batch(Sink& out, std::string_view sha, std::string_view key_prefix,
         switch (forms[i]) {
             case form::same: out.arg("="); break;
             case form::same_layout: out.arg("~"); break;
-            case form::full:
-                out.arg(rs[i]->count_rejected ? "p" : "-");
+            case form::full: {
+                const auto flag = flag_of(*rs[i], call_flag::none);
+                out.arg(flag.empty() ? "-" : flag);
                 emit_request(out, *rs[i]);
                 break;
+            }
         }
     }
 }
@@ -271,28 +279,43 @@ void build_batch(std::vector<std::string>& argv, std::string_view sha, std::stri
     emit_batch(out, sha, key_prefix, rs, now_override);
 }
 
-void build_undo(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
-                const limit::store_key& k, std::int64_t cost, const undo_record& u) {
-    const std::size_t numkeys_at = begin_call(argv, sha);
-    argv.push_back(key_name(key_prefix, k));
-    std::size_t numkeys = 1;
-    for (const auto& t : k.tiers) {
-        if (t.algo != config::algorithm::log) continue;
-        argv.push_back(log_key_name(key_prefix, k, t));
-        ++numkeys;
+namespace {
+
+template <class Sink>
+void emit_take_back(Sink& out, std::string_view sha, std::string_view key_prefix, const limit::check_request& r,
+                    const limit::receipt& rc, std::int64_t amount, std::optional<limit::usec> now_override) {
+    const auto [numkeys, args] = call_size(r);
+    out.count(3 + numkeys + 1 + 1 + args + 1 + r.keys.size());  // (args: cost and count; amount, whole, count here)
+    out.arg("EVALSHA");
+    out.arg(sha);
+    out.number(static_cast<std::int64_t>(numkeys));
+    emit_keys(out, key_prefix, r);
+    emit_time(out, now_override);
+    out.arg("undo");
+    out.number(amount);
+    out.arg(amount >= r.cost ? "1" : "0");
+    out.number(static_cast<std::int64_t>(r.keys.size()));
+    for (std::size_t i = 0; i < r.keys.size(); ++i) {
+        out.number(i < rc.at.size() ? rc.at[i] : 0);
+        emit_tiers(out, r.keys[i], r.lease);
     }
-    argv[numkeys_at] = std::to_string(numkeys);
-    argv.emplace_back();
-    argv.emplace_back("undo");
-    append_int(argv, cost);
-    argv.push_back(u.t_before);
-    argv.push_back(u.t_after);
-    for (const auto& f : u.fields) {
-        argv.push_back(f.name);
-        argv.push_back(f.before);
-        argv.push_back(f.after);
-        argv.push_back(f.log_seq);
-    }
+}
+
+}  // namespace
+
+std::string format_take_back(std::string_view sha, std::string_view key_prefix, const limit::check_request& r,
+                             const limit::receipt& rc, std::int64_t amount, std::optional<limit::usec> now_override) {
+    std::string text;
+    resp_sink out{text};
+    emit_take_back(out, sha, key_prefix, r, rc, amount, now_override);
+    return text;
+}
+
+void build_take_back(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
+                     const limit::check_request& r, const limit::receipt& rc, std::int64_t amount,
+                     std::optional<limit::usec> now_override) {
+    argv_sink out{argv};
+    emit_take_back(out, sha, key_prefix, r, rc, amount, now_override);
 }
 
 bool build_lease(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
@@ -322,7 +345,7 @@ bool build_lease(std::vector<std::string>& argv, std::string_view sha, std::stri
     return numkeys > 0;
 }
 
-limit::check_result parse_reply(const redisReply* reply, const limit::check_request& r, undo_record* undo) {
+limit::check_result parse_reply(const redisReply* reply, const limit::check_request& r) {
     if (!reply) return failure("no reply");
     if (reply->type == REDIS_REPLY_ERROR) {
         std::string_view msg(reply->str ? reply->str : "", reply->str ? reply->len : 0);
@@ -353,22 +376,16 @@ limit::check_result parse_reply(const redisReply* reply, const limit::check_requ
             e += 3;
         }
     }
-    // The record: "@t" before and after, then four strings per field (at least one per tier).
-    const bool recorded = undo && res.verdict.allowed;
-    const std::size_t fields = recorded && reply->elements >= decided + 2 ? (reply->elements - decided - 2) / 4 : 0;
-    if (recorded ? reply->elements != decided + 2 + 4 * fields || fields < tier_count : reply->elements != decided)
-        return failure("malformed reply: wrong length");
-    if (recorded) {
-        if (r.keys.size() != 1) return failure("malformed reply: undo record of several identifiers");
-        for (std::size_t i = decided; i < reply->elements; ++i)
-            if (!reply->element[i] || reply->element[i]->type != REDIS_REPLY_STRING)
-                return failure("malformed reply: undo record not a string");
-        auto str = [&](std::size_t i) { return std::string(reply->element[i]->str, reply->element[i]->len); };
-        undo->t_before = str(decided);
-        undo->t_after = str(decided + 1);
-        undo->fields.clear();
-        for (std::size_t i = decided + 2; i < reply->elements; i += 4)
-            undo->fields.push_back({str(i), str(i + 1), str(i + 2), str(i + 3)});
+    // The receipt: per identifier the instant its commit used.
+    const bool receipt = r.want_receipt && res.verdict.allowed;
+    if (reply->elements != decided + (receipt ? r.keys.size() : 0)) return failure("malformed reply: wrong length");
+    if (receipt) {
+        res.taken.at.reserve(r.keys.size());
+        for (std::size_t i = decided; i < reply->elements; ++i) {
+            if (!reply->element[i] || reply->element[i]->type != REDIS_REPLY_INTEGER)
+                return failure("malformed reply: receipt not an integer");
+            res.taken.at.push_back(at(i));
+        }
     }
     return res;
 }

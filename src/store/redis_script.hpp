@@ -10,7 +10,8 @@
 //         identifier: its tier count n and n times: algorithm (f|m|s|g|l|c), limit, per_us,
 //         bucket_us, buckets, burst (or offset, or lease id), interval_us, tolerance_us,
 //         min_interval_us, horizon_us, tier id.
-// Reply: [allowed 0|1, retry_after_us, then per tier: remaining, reset_us, admitted 0|1].
+// Reply: [allowed 0|1, retry_after_us, then per tier: remaining, reset_us, admitted 0|1], then
+//        for r.want_receipt and an admission its receipt: per identifier the instant used.
 //
 // Thread: pure functions.
 #pragma once
@@ -32,23 +33,11 @@ extern const char* const rate_limit_lua;
 
 namespace redis_script {
 
-// What one identifier's commit wrote, so that it can be taken back (Redis Cluster: another
-// node denied the same request). Strings as the script stores them, "" for none.
-struct undo_record {
-    struct field {
-        std::string name, before, after;
-        std::string log_seq;  // a log tier: the first sequence number of its new entries
-    };
-    std::string t_before, t_after;  // the HASH's "@t"
-    std::vector<field> fields;      // every tier's in tier order, then those of older buckets
-};
-
-// What a call asks beyond the decision:
-//   none   nothing (a count_rejected request is committed even when denied: flag 'p');
-//   undo   (a request of one identifier, not count_rejected) the reply carries the commit's
-//          undo_record;
+// What a call asks beyond the decision (r.count_rejected and r.want_receipt are flags too:
+// 'p', 'u' or both, 'U'):
+//   none   nothing more;
 //   query  check only: nothing is written.
-enum class call_flag { none, undo, query };
+enum class call_flag { none, query };
 
 // Appends the full EVALSHA command: "EVALSHA", sha, numkeys, KEYS..., ARGV...
 // `now_override` is for tests only: production passes "" and the script reads TIME.
@@ -81,18 +70,26 @@ bool build_lease(std::vector<std::string>& argv, std::string_view sha, std::stri
                  std::optional<limit::usec> now_override = std::nullopt);
 
 // The decision, or status::error with a short message for error replies / malformed replies.
-// Fills decision.tiers with pointers to the request's tiers (in request order), key_index set.
-// With `undo` (the call was built with_undo) and an admission, it also reads the record.
-limit::check_result parse_reply(const redisReply* reply, const limit::check_request& r, undo_record* undo = nullptr);
+// Fills decision.tiers with pointers to the request's tiers (in request order), key_index set;
+// with r.want_receipt and an admission, `taken` from the receipt the reply carries.
+limit::check_result parse_reply(const redisReply* reply, const limit::check_request& r);
 
 // A batch's reply, one result per request of `rs` (an error reply: that error for each).
 void parse_batch_reply(const redisReply* reply, std::span<const limit::check_request* const> rs,
                        std::vector<limit::check_result>& out);
 
-// The EVALSHA that takes back the commit `u` of identifier `k` (same tiers, same cost). Its
-// reply is the number of fields restored (fewer when the identifier admitted again since).
-void build_undo(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
-                const limit::store_key& k, std::int64_t cost, const undo_record& u);
+// The EVALSHA (mode undo) that takes back `amount` (0 < amount <= r.cost) of the admission of
+// `r` that returned receipt `rc` (rc.at: one per key of r), exactly, as limit::take_back does:
+// KEYS as r's check; ARGV: time override, "undo", amount, whole (1: amount is r.cost),
+// number of identifiers, then per identifier its rc.at, its tier count and its tiers as a
+// check lays them out. Its reply is the number of tiers that changed (an integer). In RESP
+// (format_take_back) or as argv (build_take_back).
+std::string format_take_back(std::string_view sha, std::string_view key_prefix, const limit::check_request& r,
+                             const limit::receipt& rc, std::int64_t amount,
+                             std::optional<limit::usec> now_override = std::nullopt);
+void build_take_back(std::vector<std::string>& argv, std::string_view sha, std::string_view key_prefix,
+                     const limit::check_request& r, const limit::receipt& rc, std::int64_t amount,
+                     std::optional<limit::usec> now_override = std::nullopt);
 
 // A check that failed (status::error), for logs and metrics `message`.
 limit::check_result failure(std::string message);

@@ -155,6 +155,29 @@ boost::asio::awaitable<void> redis_store::send_batch(std::uint16_t slot, turn_ba
     }
 }
 
+boost::asio::awaitable<bool> redis_store::take_back(limit::check_request r, limit::receipt rc, std::int64_t amount) {
+    if (!transport_ || rc.at.size() != r.keys.size() || amount < 1) co_return false;
+    try {
+        const auto deadline = redis_clock::now() + conn_opts_.timeout;
+        if (const auto slot = transport_->slot_of(r, key_prefix_)) {
+            auto command = redis_script::format_take_back(sha_, key_prefix_, r, rc, amount);
+            auto reply = co_await transport_->call(*slot, std::move(command), true, deadline);
+            if (reply.ok() && reply.reply->type == REDIS_REPLY_INTEGER) co_return true;
+            spdlog::warn("redis store: a charge could not be taken back ({})",
+                         reply.ok() ? "error reply" : to_string(reply.failure));
+            counters_->errors.add();
+            co_return false;
+        }
+        const split_context c{*transport_, sha_, key_prefix_, *counters_, conn_opts_.timeout};
+        const bool done = co_await take_back_split(c, r, std::move(rc), amount, deadline);
+        co_return done;
+    } catch (const std::exception& e) {
+        spdlog::warn("redis store: {}", e.what());
+    }
+    counters_->errors.add();
+    co_return false;
+}
+
 void redis_store::change_lease(const limit::check_request& r, limit::lease_change c) {
     if (r.lease == 0 || !started_.load(std::memory_order_acquire) || !transport_->usable()) return;
     const auto deadline = redis_clock::now() + conn_opts_.timeout;

@@ -14,6 +14,9 @@
 //    store.on_error). It never throws. A written EVALSHA is never resent (except after
 //    NOSCRIPT, MOVED or ASK, when it did not run). A split check's calls (redirections and
 //    undos included) share that one deadline (see cluster_split.hpp for its answers).
+//  - take_back() answers by store.redis.timeout: one EVALSHA (mode undo) on one node, one per
+//    identifier on a Cluster (cluster_split), never resent once written; false when any
+//    failed (its outcome is then unknown). Checks that want a receipt join batches as others.
 //  - A query (check_request::query) asks Redis every time (no deny cache, no batch); reset()
 //    and control() (the admin's) answer by store.redis.timeout, never resent once written.
 //  - keys_held() is 0: Redis holds the identifiers (the deny cache's size is in
@@ -69,6 +72,7 @@ public:
     // One EVALSHA per slot (a Cluster: per identifier) sent in the background; its failure
     // counts as an error.
     void change_lease(const limit::check_request& r, limit::lease_change c) override;
+    boost::asio::awaitable<bool> take_back(limit::check_request r, limit::receipt rc, std::int64_t amount) override;
     // One EVALSHA (mode reset) per identifier, each on its slot, by store.redis.timeout.
     boost::asio::awaitable<bool> reset(limit::check_request r) override;
     // The controls' HASH (redis_admin: blocks and overrides), the script's mode control with

@@ -52,6 +52,12 @@ struct scripted_store final : limit::store {
         co_return limit::check_result{};
     }
     void change_lease(const limit::check_request&, limit::lease_change) override {}
+    int take_backs = 0;
+    boost::asio::awaitable<bool> take_back(limit::check_request, limit::receipt, std::int64_t) override {
+        ++take_backs;
+        const bool done = true;
+        co_return done;
+    }
     std::size_t keys_held() const override { return 0; }
     void on_reload() override { ++reloads; }
     bool ready() const override { return now == mode::up; }
@@ -156,4 +162,35 @@ TEST_CASE("fallback_store: a store failing now and then stays degraded until a q
         CHECK(slow.degraded());  // one state change for the whole spell, not one per request
     }
     CHECK(f.shared.shared_answers == 5);  // every answer the store gave was used
+}
+
+TEST_CASE(
+    "fallback_store: a local admission's receipt says so, and its take-back goes to the local store over the "
+    "divided tiers") {
+    fixture f;
+    f.shared.now = scripted_store::mode::down_at_once;
+    limit::check_request r{std::span(&f.key, 1), 2};
+    r.want_receipt = true;
+    auto admitted = f.a.try_check(r);
+    REQUIRE(admitted);
+    REQUIRE(admitted->verdict.allowed);
+    CHECK(admitted->taken.local);
+    CHECK(admitted->taken.at == std::vector<usec>{T0});
+    CHECK(f.ask(f.a).verdict.tiers.at(0).remaining == 2);  // 5 locally, 3 used
+
+    boost::asio::io_context ioc;
+    auto done = boost::asio::co_spawn(ioc, f.a.take_back(r, admitted->taken, 2), boost::asio::use_future);
+    ioc.run();
+    CHECK(done.get());
+    CHECK(f.ask(f.a).verdict.tiers.at(0).remaining == 3);  // only this check's own 1 since
+    CHECK(f.shared.take_backs == 0);
+
+    // A shared admission's receipt goes to the shared store.
+    limit::receipt shared_rc;
+    shared_rc.at = {T0};
+    boost::asio::io_context ioc2;
+    auto to_shared = boost::asio::co_spawn(ioc2, f.a.take_back(r, shared_rc, 1), boost::asio::use_future);
+    ioc2.run();
+    CHECK(to_shared.get());
+    CHECK(f.shared.take_backs == 1);
 }

@@ -293,3 +293,35 @@ TEST_CASE("memory store: a lease renewed is a use: an identifier with requests i
     REQUIRE(freed);
     CHECK(freed->verdict.allowed);
 }
+
+TEST_CASE("memory store: an admission's receipt, and take_back gives back exactly its charge whatever ran since") {
+    clocked_store s(1000);
+    const std::vector<limit::tier> ip{fixed_tier("ip", 5, 1000)}, user{fixed_tier("user", 4, 1000)};
+    const std::vector<limit::store_key> keys{{sluice::identity::kind::ip, id_in(3, 1), ip},
+                                             {sluice::identity::kind::user, id_in(5, 2), user}};
+    limit::check_request r{keys, 2};
+    r.want_receipt = true;
+    auto first = s.store.try_check(r);
+    REQUIRE(first);
+    REQUIRE(first->verdict.allowed);
+    CHECK(first->taken.at == std::vector<usec>{T0, T0});
+    s.now += 100'000;
+    CHECK(s.check({keys[0]}, 2).allowed);  // ip: 4 of 5
+    CHECK_FALSE(s.check({keys[0], keys[1]}, 2).allowed);
+    // Another identifier denied: nothing to receipt.
+    auto denied = s.store.try_check(r);
+    REQUIRE(denied);
+    CHECK_FALSE(denied->verdict.allowed);
+    CHECK(denied->taken.at.empty());
+
+    s.store.take_back_now(r, first->taken, 2);
+    CHECK(remaining_of(s.check({keys[0]}, 0), 0) == 3);  // the later 2 stay counted
+    CHECK(remaining_of(s.check({keys[1]}, 0), 0) == 4);
+    // A key no longer held (expired, evicted) has nothing to give back.
+    const limit::store_key gone{sluice::identity::kind::ip, id_in(7, 9), ip};
+    const std::vector<limit::store_key> other{gone};
+    limit::receipt rc;
+    rc.at = {T0};
+    s.store.take_back_now({other, 1}, rc, 1);
+    CHECK(s.store.keys_held() == 2);
+}

@@ -9,11 +9,16 @@
 #include "limit/store.hpp"
 #include "store/redis_pipeline.hpp"
 #include "store/redis_script.hpp"
+#include "store/redis_store.hpp"
 
 #include <doctest/doctest.h>
 
 #include <hiredis/hiredis.h>
 #include <algorithm>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -301,7 +306,8 @@ struct harness {
     bool split = false;
     std::map<std::string, limit::key_state> states;  // decide()'s side, by key name
     std::map<std::string, long long> expire_at;      // last PEXPIRETIME seen per key
-    std::size_t requests = 0, denials = 0, log_entries = 0, undos = 0;
+    std::size_t requests = 0, denials = 0, log_entries = 0, undos = 0, receipts = 0, take_backs = 0;
+    limit::receipt taken;  // the last step's receipt (an admission with want_receipt)
 
     std::vector<std::string> key_names(const limit::check_request& r) const {
         std::vector<std::string> names;
@@ -344,40 +350,73 @@ struct harness {
         return out;
     }
 
-    // What a split denial must leave as it found: every field but "@e" (an undo leaves a
-    // lengthened expiry) and the log entries still in their window at the key's clock (a
-    // commit drops the older ones, which no later request can see, and an undo cannot
-    // bring them back).
-    std::string live_state(const limit::check_request& r, usec now) const {
-        std::string out;
-        for (const auto& k : r.keys) {
-            const auto hash = rs::key_name(prefix, k);
-            auto all = srv.cmd({"HGETALL", hash});
-            std::vector<std::string> pairs;
-            usec clock = now;
-            for (std::size_t e = 0; e + 1 < all->elements; e += 2) {
-                const auto field = str(all->element[e]), value = str(all->element[e + 1]);
-                if (field == "@t") clock = std::max(clock, static_cast<usec>(std::stoll(value)));
-                if (field != "@e") pairs.push_back(field + "=" + value);
-            }
-            std::sort(pairs.begin(), pairs.end());
-            for (const auto& p : pairs) out += p + ";";
-            out += "\n";
-            for (const auto& t : k.tiers) {
-                if (t.algo != algorithm::log) continue;
-                std::string lo = "(";  // (appended: GCC 12's false -Wrestrict on "(" + string)
-                lo += std::to_string(clock - t.per);
-                out += str(srv.cmd({"ZRANGEBYSCORE", rs::log_key_name(prefix, k, t), lo, "+inf", "WITHSCORES"}).get());
-                out += "\n";
-            }
-        }
-        return out;
-    }
-
-    limit::decision oracle(const limit::check_request& r, usec now) {
+    limit::decision oracle(const limit::check_request& r, usec now, limit::receipt* rc = nullptr) {
+        if (split && r.keys.size() > 1 && !r.count_rejected) return oracle_split(r, now, rc);
         std::vector<limit::key_request> reqs;
         for (const auto& k : r.keys) reqs.push_back({&states[rs::key_name(prefix, k)], k.tiers});
-        return limit::decide(reqs, now, r.cost, r.count_rejected, r.lease);
+        return limit::decide(reqs, now, r.cost, r.count_rejected, r.lease, rc);
+    }
+
+    // decide() per identifier, and on a denial the admitting ones taken back (take_back) and
+    // their leases released, as the store does on a Cluster; its decision is the one decide()
+    // makes of the whole request (checked here on copies).
+    limit::decision oracle_split(const limit::check_request& r, usec now, limit::receipt* rc) {
+        std::vector<limit::key_state> copies;
+        for (const auto& k : r.keys) copies.push_back(states[rs::key_name(prefix, k)]);
+        std::vector<limit::key_request> whole_reqs;
+        for (std::size_t i = 0; i < r.keys.size(); ++i) whole_reqs.push_back({&copies[i], r.keys[i].tiers});
+        const auto whole = limit::decide(whole_reqs, now, r.cost, false, r.lease);
+
+        limit::decision merged;
+        std::vector<limit::receipt> parts(r.keys.size());
+        for (std::size_t i = 0; i < r.keys.size(); ++i) {
+            const limit::key_request one{&states[rs::key_name(prefix, r.keys[i])], r.keys[i].tiers};
+            auto d = limit::decide(std::span(&one, 1), now, r.cost, false, r.lease, &parts[i]);
+            merged.allowed = merged.allowed && d.allowed;
+            merged.retry_after = std::max(merged.retry_after, d.retry_after);
+            for (auto t : d.tiers) {
+                t.key_index = i;
+                merged.tiers.push_back(t);
+            }
+        }
+        limit::check_result as_result;
+        as_result.verdict = merged;
+        const auto differs = compare(whole, as_result);
+        REQUIRE_MESSAGE(differs.empty(), "split vs whole: " << differs);
+        if (merged.allowed) {
+            if (rc)
+                for (const auto& p : parts) rc->at.push_back(p.at.at(0));
+            return merged;
+        }
+        for (std::size_t i = 0; i < r.keys.size(); ++i) {
+            if (parts[i].at.empty()) continue;
+            const limit::key_request one{&states[rs::key_name(prefix, r.keys[i])], r.keys[i].tiers};
+            limit::take_back(std::span(&one, 1), now, r.cost, parts[i], true);
+            limit::release_lease(std::span(&one, 1), r.lease);
+        }
+        return merged;
+    }
+
+    // Takes back `amount` of the admission of `r` with receipt `rc` on both sides (on a
+    // cluster: one call per identifier, as the store does).
+    void take_back(const limit::check_request& r, const limit::receipt& rc, std::int64_t amount, usec now) {
+        ++take_backs;
+        std::vector<limit::key_request> reqs;
+        for (const auto& k : r.keys) reqs.push_back({&states[rs::key_name(prefix, k)], k.tiers});
+        limit::take_back(reqs, now, amount, rc, amount >= r.cost);
+        const auto send = [&](const limit::check_request& part, const limit::receipt& part_rc) {
+            std::vector<std::string> argv;
+            rs::build_take_back(argv, sha, prefix, part, part_rc, amount, now);
+            REQUIRE(rs::format_take_back(sha, prefix, part, part_rc, amount, now) == store::format_command(argv));
+            auto reply = srv.cmd(argv);
+            REQUIRE_MESSAGE(reply->type == REDIS_REPLY_INTEGER, str(reply.get()));
+        };
+        if (!split) return send(r, rc);
+        for (std::size_t i = 0; i < r.keys.size(); ++i) {
+            limit::receipt one;
+            one.at.push_back(rc.at.at(i));
+            send({r.keys.subspan(i, 1), r.cost, false, r.lease}, one);
+        }
     }
 
     // A lease released or renewed on both sides (as redis_store::change_lease: on a cluster,
@@ -410,21 +449,22 @@ struct harness {
         return rs::parse_reply(reply.get(), r);
     }
 
-    // As redis_store::decide_on_cluster: a count_rejected request commits everywhere, and
-    // after a denial the identifiers that admitted are checked again.
+    // As cluster_split's decide_split: each identifier with its receipt; a count_rejected
+    // request commits everywhere, and after a denial the identifiers that admitted are checked
+    // again; else they are taken back.
     limit::check_result split_script(const limit::check_request& r, std::optional<usec> now) {
         std::vector<limit::check_result> parts;
-        std::vector<rs::undo_record> undo(r.keys.size());
         auto call = [&](std::size_t i, rs::call_flag flag) {
-            const limit::check_request one{r.keys.subspan(i, 1), r.cost, r.count_rejected, r.lease};
+            limit::check_request one{r.keys.subspan(i, 1), r.cost, r.count_rejected, r.lease};
+            one.want_receipt = flag == rs::call_flag::none && (!r.count_rejected || r.want_receipt);
             std::vector<std::string> argv;
             rs::build_call(argv, sha, prefix, one, now, flag);
             auto reply = srv.cmd(argv);
-            return rs::parse_reply(reply.get(), one, flag == rs::call_flag::undo ? &undo[i] : nullptr);
+            return rs::parse_reply(reply.get(), one);
         };
         bool denied = false;
         for (std::size_t i = 0; i < r.keys.size(); ++i) {
-            parts.push_back(call(i, r.count_rejected ? rs::call_flag::none : rs::call_flag::undo));
+            parts.push_back(call(i, rs::call_flag::none));
             if (parts.back().state != limit::check_result::status::ok) return parts.back();
             denied = denied || !parts.back().verdict.allowed;
         }
@@ -444,16 +484,19 @@ struct harness {
                 out.verdict.tiers.push_back(t);
             }
         }
+        if (out.verdict.allowed && r.want_receipt)
+            for (const auto& p : parts) out.taken.at.push_back(p.taken.at.at(0));
         if (!out.verdict.allowed && !r.count_rejected)
             for (std::size_t i = 0; i < r.keys.size(); ++i) {
                 if (!parts[i].verdict.allowed) continue;
                 std::vector<std::string> argv;
-                rs::build_undo(argv, sha, prefix, r.keys[i], r.cost, undo[i]);
+                const limit::check_request one{r.keys.subspan(i, 1), r.cost, false, r.lease};
+                rs::build_take_back(argv, sha, prefix, one, parts[i].taken, r.cost, now);
                 auto reply = srv.cmd(argv);
                 REQUIRE_MESSAGE(reply->type == REDIS_REPLY_INTEGER, str(reply.get()));
                 ++undos;
             }
-        // As the store does after undoing: the slot taken where a field changed since is given back.
+        // As the store does after taking back: the slots the admitting identifiers took are given back.
         if (!out.verdict.allowed && !r.count_rejected && r.lease != 0) release_parts(r, now);
         return out;
     }
@@ -513,18 +556,26 @@ struct harness {
     limit::decision step(const limit::check_request& r, usec now) {
         ++requests;
         const std::string context = describe(r, now);
-        auto want = oracle(r, now);
+        limit::receipt want_rc;
+        auto want = oracle(r, now, r.want_receipt ? &want_rc : nullptr);
+        // (On a cluster a denial commits and takes back: the decisions after it tell.)
+        const bool split_call = split && r.keys.size() > 1;
         const bool writes = want.allowed || r.count_rejected;
-        const std::string before = writes ? std::string() : split ? live_state(r, now) : snapshot(r);
+        const std::string before = writes || split_call ? std::string() : snapshot(r);
         auto got = script(r, now);
         const std::string problem = compare(want, got);
         INFO(context);
         INFO("script state after: " << (problem.empty() ? std::string() : snapshot(r)));
         REQUIRE_MESSAGE(problem.empty(), problem);
         if (!want.allowed) ++denials;
+        // An admission's receipt: per identifier the instant its commit used, as decide()'s.
+        REQUIRE(got.taken.at == want_rc.at);
+        REQUIRE_FALSE(got.taken.local);
+        taken = std::move(got.taken);
+        receipts += !taken.at.empty();
         if (!writes) {
             // A denial writes nothing: not a field, not a log entry, not a TTL.
-            REQUIRE_EQ(split ? live_state(r, now) : snapshot(r), before);
+            if (!split_call) REQUIRE_EQ(snapshot(r), before);
             return want;
         }
         // Every written key has a TTL that covers its state and never shrinks.
@@ -652,7 +703,26 @@ void run_trace(harness& h, std::mt19937_64& rng, const mix& m, std::size_t count
     std::uint64_t lease = 0;
     // The admitted requests holding a lease ("in flight"): some end, some are renewed.
     std::vector<std::pair<std::vector<limit::store_key>, std::uint64_t>> in_flight;
+    // Admissions with a receipt, some of which are taken back later (in part or whole),
+    // whatever ran in between.
+    struct receipted {
+        std::vector<limit::store_key> keys;
+        std::int64_t cost;
+        std::uint64_t lease;
+        limit::receipt rc;
+    };
+    std::vector<receipted> charged;
     for (std::size_t n = 0; n < count; ++n) {
+        if (!charged.empty() && pick(1, 100) <= 12) {
+            const auto i = static_cast<std::size_t>(pick(0, static_cast<std::int64_t>(charged.size()) - 1));
+            const auto& c = charged[i];
+            t += pick(0, mean_per / 4);
+            const usec at = pick(1, 100) <= 10 ? t - pick(0, mean_per) : t;  // an earlier clock too
+            h.take_back({c.keys, c.cost, m.count_rejected, c.lease}, c.rc,
+                        pick(1, 100) <= 70 ? c.cost : pick(1, c.cost), at);
+            charged.erase(charged.begin() + static_cast<std::ptrdiff_t>(i));
+            continue;
+        }
         if (!in_flight.empty() && pick(1, 100) <= 30) {
             const auto i = static_cast<std::size_t>(pick(0, static_cast<std::int64_t>(in_flight.size()) - 1));
             const limit::check_request held{in_flight[i].first, 1, false, in_flight[i].second};
@@ -680,6 +750,13 @@ void run_trace(harness& h, std::mt19937_64& rng, const mix& m, std::size_t count
                 const auto other = (keys[0].id[0] == digest_of(0)[0]) ? digest_of(1) : digest_of(0);
                 keys.push_back({sluice::identity::kind::ip, other, p.ip});
             }
+            // Identifiers of other kinds: their own keys, even with a digest an ip key has.
+            if (pick(1, 100) <= 25)
+                keys.push_back({sluice::identity::kind_of("header:x-tenant"),
+                                digest_of(static_cast<unsigned>(pick(0, 1))), p.user.empty() ? p.ip : p.user});
+            if (pick(1, 100) <= 15)
+                keys.push_back({sluice::identity::kind_of("header:x-tenant+ip"),
+                                digest_of(static_cast<unsigned>(pick(0, 2))), p.ip});
             const std::int64_t mc = max_cost(p);
             cost = pick(1, 100) <= 60 ? 1 : pick(1, mc);
             cost = std::min(cost, mc);
@@ -700,11 +777,13 @@ void run_trace(harness& h, std::mt19937_64& rng, const mix& m, std::size_t count
             if (pick(1, 100) <= 5) now = t - pick(0, mean_per);  // an earlier clock: clamped per key
         }
         if (!repeat) lease = leased ? static_cast<std::uint64_t>(pick(1, (std::int64_t{1} << 53) - 1)) : 0;
-        const limit::check_request req{keys, cost, m.count_rejected, lease};
+        limit::check_request req{keys, cost, m.count_rejected, lease};
+        req.want_receipt = pick(1, 100) <= 50;
         auto d = h.step(req, now);
         retry_pending = !d.allowed;
         retry_at = now + d.retry_after;
         if (d.allowed && lease != 0) in_flight.emplace_back(keys, lease);
+        if (d.allowed && req.want_receipt) charged.push_back({keys, cost, lease, h.taken});
     }
 }
 
@@ -721,6 +800,10 @@ TEST_CASE("redis_script: key names carry the cluster hash tag") {
     CHECK(rs::key_name("", user) == "{user:00112233445566778899aabbccddeeff}");
     auto lt = make_tier(algorithm::log, 5, 1000, 0);
     CHECK(rs::log_key_name("s:", ip, lt) == "s:{ip:00112233445566778899aabbccddeeff}:log:" + lt.id);
+    // Another kind by its canonical text: no brace in it, so the tag is still the identifier.
+    limit::store_key tenant{sluice::identity::kind_of("header:x-tenant+ip"), ip.id, {}};
+    CHECK(rs::key_name("s:", tenant) == "s:{header:x-tenant+ip:00112233445566778899aabbccddeeff}");
+    CHECK(rs::log_key_name("s:", tenant, lt) == "s:{header:x-tenant+ip:00112233445566778899aabbccddeeff}:log:" + lt.id);
 }
 
 TEST_CASE("redis_script: build_call lays out KEYS and ARGV") {
@@ -781,16 +864,44 @@ TEST_CASE("redis_script: build_call lays out KEYS and ARGV") {
                                       make_tier(algorithm::concurrency, 2, 30000, 0, 0, "api")};
         std::vector<limit::store_key> three{keys[0], keys[1], {sluice::identity::kind::user, b, more}};
         for (const bool penalty : {false, true}) {
-            for (const auto flag : {rs::call_flag::none, rs::call_flag::undo, rs::call_flag::query}) {
-                for (const auto now : {std::optional<usec>{}, std::optional<usec>{usec{-5}}}) {
-                    limit::check_request q{three, 1'000'000'000'000, penalty, 0xfffffffffffffULL};
-                    std::vector<std::string> argv;
-                    rs::build_call(argv, "deadbeef", "x:", q, now, flag);
-                    CHECK(rs::format_call("deadbeef", "x:", q, now, flag) == sluice::store::format_command(argv));
+            for (const bool receipt : {false, true}) {
+                for (const auto flag : {rs::call_flag::none, rs::call_flag::query}) {
+                    for (const auto now : {std::optional<usec>{}, std::optional<usec>{usec{-5}}}) {
+                        limit::check_request q{three, 1'000'000'000'000, penalty, 0xfffffffffffffULL};
+                        q.want_receipt = receipt;
+                        std::vector<std::string> argv;
+                        rs::build_call(argv, "deadbeef", "x:", q, now, flag);
+                        CHECK(rs::format_call("deadbeef", "x:", q, now, flag) == sluice::store::format_command(argv));
+                        const char* want_flag = flag == rs::call_flag::query ? "q"
+                                                : receipt                    ? (penalty ? "U" : "u")
+                                                : penalty                    ? "p"
+                                                                             : nullptr;
+                        if (want_flag) CHECK(argv.back() == want_flag);
+                        if (!want_flag) CHECK(argv.back() == more[1].id);
+                    }
                 }
             }
         }
         CHECK(rs::format_call("deadbeef", "x:", r) == sluice::store::format_command(want));
+    }
+    SUBCASE(
+        "a take-back: the check's KEYS, then mode undo, amount, whole, and per identifier its receipt's "
+        "instant and tiers") {
+        limit::receipt rc;
+        rc.at = {1'700'000'000'000'001, 1'700'000'000'000'002};
+        std::vector<std::string> argv;
+        rs::build_take_back(argv, "deadbeef", "x:", r, rc, 2, usec{7});
+        std::vector<std::string> expect(want.begin(), want.begin() + 6);  // EVALSHA, sha, numkeys, 3 KEYS
+        for (const char* a : {"7", "undo", "2", "1", "2", "1700000000000001"}) expect.push_back(a);
+        expect.insert(expect.end(), want.begin() + 9, want.begin() + 9 + 1 + 22);  // ip: tier count, 2 tiers
+        expect.push_back("1700000000000002");
+        expect.insert(expect.end(), want.begin() + 9 + 23, want.end());  // user: tier count, its tier
+        CHECK(argv == expect);
+        CHECK(rs::format_take_back("deadbeef", "x:", r, rc, 2, usec{7}) == sluice::store::format_command(argv));
+        argv.clear();
+        rs::build_take_back(argv, "deadbeef", "x:", r, rc, 1);
+        CHECK(argv[6] == "");
+        CHECK(argv[9] == "0");  // 1 of 2: not whole
     }
 }
 
@@ -860,6 +971,26 @@ TEST_CASE("redis_script: parse_reply") {
         CHECK(res.verdict.tiers[2].key_index == 1);
         CHECK(res.verdict.tiers[2].reset == 333'334);
     }
+    SUBCASE("a receipt, with want_receipt and an admission only") {
+        auto f = fake_reply::array({1, 0, 9, 1'000'000, 1, 4, 400, 1, 2, 333'334, 1, 1'700'000'000'000'001, 17});
+        auto res = rs::parse_reply(&f.root, r);
+        CHECK(res.state == status::error);  // not asked for
+        limit::check_request with = r;
+        with.want_receipt = true;
+        res = rs::parse_reply(&f.root, with);
+        REQUIRE(res.state == status::ok);
+        CHECK(res.verdict.allowed);
+        CHECK(res.taken.at == std::vector<usec>{1'700'000'000'000'001, 17});
+        CHECK_FALSE(res.taken.local);
+        auto denied = fake_reply::array({0, 5, 9, 1'000'000, 1, -1, 400, 0, 2, 333'334, 1});
+        res = rs::parse_reply(&denied.root, with);
+        REQUIRE(res.state == status::ok);
+        CHECK(res.taken.at.empty());
+        auto missing = fake_reply::array({1, 0, 9, 1'000'000, 1, 4, 400, 1, 2, 333'334, 1, 5});
+        CHECK(rs::parse_reply(&missing.root, with).state == status::error);
+        f.nodes[12].type = REDIS_REPLY_STRING;
+        CHECK(rs::parse_reply(&f.root, with).state == status::error);
+    }
     SUBCASE("an error reply") {
         auto f = fake_reply::of(REDIS_REPLY_ERROR, "ERR something broke");
         auto res = rs::parse_reply(&f.root, r);
@@ -914,8 +1045,8 @@ harness run_mixes(const redis_server& srv, const char* label, const std::vector<
             run_trace(h, rng, m, 250);
         }
     }
-    std::printf("%s: %zu requests, %zu denials, %zu log entries, %zu undos\n", label, h.requests, h.denials,
-                h.log_entries, h.undos);
+    std::printf("%s: %zu requests, %zu denials, %zu log entries, %zu receipts, %zu take-backs, %zu undos\n", label,
+                h.requests, h.denials, h.log_entries, h.receipts, h.take_backs, h.undos);
     return h;
 }
 
@@ -944,6 +1075,7 @@ TEST_CASE("redis_script: the script matches decide() on random traces") {
     const auto h = run_mixes(srv, "test_redis_script", mixes, 8, false);
     CHECK(h.denials > h.requests / 10);
     CHECK(h.denials < h.requests * 9 / 10);
+    CHECK(h.take_backs > h.requests / 20);
 }
 
 TEST_CASE("redis_script: count_rejected (refusals counted, then checked again) matches decide()") {
@@ -972,7 +1104,7 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
     const std::vector<algorithm> algos{algorithm::fixed, algorithm::sliding, algorithm::gcra, algorithm::log,
                                        algorithm::concurrency};
     std::size_t requests = 0, denials = 0, batches = 0, repeats = 0, relayouts = 0, loose_requests = 0,
-                loose_admitted = 0;
+                loose_admitted = 0, receipts = 0;
     std::uint64_t next_lease = 1;
     usec t = future_t0();
     for (int trace = 0; trace < 8; ++trace) {
@@ -1028,12 +1160,14 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
                 });
                 rq.push_back(
                     {keys[i], pick(1, 100) <= 70 ? 1 : pick(1, 3), pick(1, 100) <= 15, leased ? next_lease++ : 0});
+                rq.back().want_receipt = pick(1, 100) <= 30;
             }
             std::vector<const limit::check_request*> ptrs;
             std::vector<limit::decision> want;
-            for (const auto& r : rq) {
-                ptrs.push_back(&r);
-                want.push_back(h.oracle(r, t));
+            std::vector<limit::receipt> want_rc(m);
+            for (std::size_t i = 0; i < m; ++i) {
+                ptrs.push_back(&rq[i]);
+                want.push_back(h.oracle(rq[i], t, rq[i].want_receipt ? &want_rc[i] : nullptr));
             }
             const std::string command = rs::format_batch(h.sha, h.prefix, ptrs, t);
             std::vector<std::string> argv;
@@ -1057,12 +1191,23 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
                     ++loose_requests;
                     loose_admitted += want[i].allowed ? 1 : 0;
                 }
-                REQUIRE(harness::compare(want[i], single.script(rq[i], t)).empty());
+                REQUIRE(got[i].taken.at == want_rc[i].at);
+                receipts += !want_rc[i].at.empty();
+                const auto alone = single.script(rq[i], t);
+                REQUIRE(harness::compare(want[i], alone).empty());
+                REQUIRE(alone.taken.at == want_rc[i].at);
             }
             for (std::size_t i = 0; i < m; ++i) {
                 INFO("trace " << trace << " round " << round << " request " << i << " of " << m);
                 REQUIRE(h.snapshot(rq[i]) == single.snapshot(rq[i]));
             }
+            // Some admissions are taken back, in part or whole (the next batches read what that left).
+            for (std::size_t i = 0; i < m; ++i)
+                if (!want_rc[i].at.empty() && pick(1, 100) <= 40) {
+                    const auto amount = pick(1, rq[i].cost);
+                    h.take_back(rq[i], want_rc[i], amount, t);
+                    single.take_back(rq[i], want_rc[i], amount, t);
+                }
             // Most requests holding a slot end soon after (the rest keep it until it lapses).
             for (std::size_t i = 0; i < m; ++i)
                 if (rq[i].lease != 0 && want[i].allowed && pick(1, 100) <= 80) {
@@ -1075,8 +1220,9 @@ TEST_CASE("redis_script: a batch decides its requests in turn, as decide() does 
     }
     std::printf(
         "test_redis_script (batch): %zu requests in %zu batches, %zu denials, %zu sent as \"=\" and %zu as \"~\"; "
-        "loose traces: %zu of %zu admitted\n",
-        requests, batches, denials, repeats, relayouts, loose_admitted, loose_requests);
+        "loose traces: %zu of %zu admitted; %zu receipts, %zu taken back\n",
+        requests, batches, denials, repeats, relayouts, loose_admitted, loose_requests, receipts, h.take_backs);
+    CHECK(h.take_backs > requests / 20);
     CHECK(denials > requests / 10);
     CHECK(loose_admitted > loose_requests / 2);
     CHECK(repeats > requests / 20);  // a request like the one before it is sent as "="
@@ -1224,11 +1370,71 @@ TEST_CASE("redis_script: calendar months and offset windows match decide() acros
     CHECK(limit::month_of(t) - limit::month_of(future_t0()) > 12);
 }
 
-TEST_CASE("redis_script: on a cluster node, one call per identifier and undo match decide()") {
+TEST_CASE("redis_script: on a cluster node, one call per identifier and its exact take-back match decide()") {
     redis_server srv(true);
     const auto h = run_mixes(srv, "test_redis_script (cluster)",
                              {every_algorithm, min_interval_heavy, penalty, concurrency, concurrency_penalty}, 6, true);
     CHECK(h.undos > 0);  // denials by one identifier after the other admitted happened, and were taken back
+    CHECK(h.take_backs > h.requests / 20);
+}
+
+TEST_CASE(
+    "redis_script: redis_store on a Cluster - a split check's receipt per identifier, and take_back takes "
+    "each back") {
+    redis_server srv(true);
+    boost::asio::io_context ioc;
+    config::store_config cfg;
+    cfg.type = config::store_config::kind::redis_cluster;
+    cfg.redis_nodes = {{"127.0.0.1", static_cast<std::uint16_t>(srv.port())}};
+    cfg.redis_timeout = std::chrono::milliseconds(500);
+    store::redis_store st(cfg);
+    std::vector<limit::tier> ip{make_tier(algorithm::log, 3, 3'600'000, 0)},
+        user{make_tier(algorithm::log, 5, 3'600'000, 0, 0, "p", "user")};
+    std::vector<limit::store_key> keys{{sluice::identity::kind::ip, digest_of(31), ip},
+                                       {sluice::identity::kind::user, digest_of(32), user}};
+    limit::check_request req{keys, 2};
+    req.want_receipt = true;
+    const limit::check_request one{keys, 1};
+    st.start(ioc.get_executor());
+    std::exception_ptr failure;
+    bool finished = false;
+    boost::asio::co_spawn(
+        ioc,
+        [&]() -> boost::asio::awaitable<void> {
+            boost::asio::steady_timer wait(ioc);
+            for (int i = 0; i < 500 && !st.ready(); ++i) {
+                wait.expires_after(std::chrono::milliseconds(10));
+                co_await wait.async_wait(boost::asio::use_awaitable);
+            }
+            REQUIRE(st.ready());
+            auto first = co_await st.check(req);  // one call per identifier: the Cluster's split
+            REQUIRE(first.state == limit::check_result::status::ok);
+            REQUIRE(first.verdict.allowed);
+            REQUIRE(first.taken.at.size() == 2);
+            auto second = co_await st.check(one);
+            REQUIRE(second.verdict.allowed);
+            const bool done = co_await st.take_back(req, first.taken, 2);
+            CHECK(done);
+            auto third = co_await st.check(one);
+            REQUIRE(third.verdict.allowed);
+            CHECK(third.verdict.tiers.at(0).remaining == 1);  // 3 - the second's - this one's
+            CHECK(third.verdict.tiers.at(1).remaining == 3);
+            // A denial by the address takes back what the user's node committed.
+            auto denied = co_await st.check(req);
+            REQUIRE(denied.state == limit::check_result::status::ok);
+            CHECK_FALSE(denied.verdict.allowed);
+            CHECK(denied.taken.at.empty());
+            CHECK(st.counters().undos.get() == 1);
+            CHECK(srv.cmd({"ZCARD", rs::log_key_name("sluice:", keys[1], user[0])})->integer == 2);
+            st.stop();
+        },
+        [&](std::exception_ptr e) {
+            failure = std::move(e);
+            finished = true;
+        });
+    ioc.run_for(std::chrono::seconds(30));
+    REQUIRE(finished);
+    if (failure) std::rethrow_exception(failure);
 }
 
 TEST_CASE("redis_script: the clock never goes back before the key's last time") {
@@ -1319,7 +1525,7 @@ TEST_CASE("redis_script: production clock, denials write nothing, TTLs only grow
     CHECK(str(srv.cmd({"HGET", hash, "@e"}).get()) == std::to_string(exp_before));
 }
 
-TEST_CASE("redis_script: an admission's undo record takes it back exactly") {
+TEST_CASE("redis_script: a take-back is exact whatever ran since, as decide()'s") {
     redis_server srv;
     harness h{srv, load_script(srv)};
     std::vector<limit::tier> tiers{
@@ -1327,84 +1533,63 @@ TEST_CASE("redis_script: an admission's undo record takes it back exactly") {
         make_tier(algorithm::gcra, 5, 1'000, 3, 0, "g"), make_tier(algorithm::log, 6, 30'000, 0, 200, "l")};
     std::vector<limit::store_key> keys{{sluice::identity::kind::user, digest_of(21), tiers}};
     limit::check_request r{keys, 1};
-    // The state without "@e" and TTLs: an undo leaves a lengthened expiry alone.
-    auto contents = [&] {
-        std::string out;
-        for (const auto& n : h.key_names(r)) {
-            if (n.find(":log:") != std::string::npos) {
-                out += str(srv.cmd({"ZRANGE", n, "0", "-1", "WITHSCORES"}).get()) + "\n";
-                continue;
-            }
-            auto all = srv.cmd({"HGETALL", n});
-            std::vector<std::string> pairs;
-            for (std::size_t e = 0; e + 1 < all->elements; e += 2)
-                if (str(all->element[e]) != "@e")
-                    pairs.push_back(str(all->element[e]) + "=" + str(all->element[e + 1]));
-            std::sort(pairs.begin(), pairs.end());
-            for (const auto& p : pairs) out += p + ";";
-            out += "\n";
-        }
-        return out;
-    };
-    auto commit = [&](usec now, rs::undo_record& u) {
-        std::vector<std::string> argv;
-        rs::build_call(argv, h.sha, h.prefix, r, now, rs::call_flag::undo);
-        auto reply = srv.cmd(argv);
-        return rs::parse_reply(reply.get(), r, &u);
-    };
-    auto undo = [&](const rs::undo_record& u) {
-        std::vector<std::string> argv;
-        rs::build_undo(argv, h.sha, h.prefix, keys[0], r.cost, u);
-        return srv.cmd(argv)->integer;
-    };
-
-    const usec t0 = 1'700'000'000 * SEC;
-    rs::undo_record first;
-    const std::string empty = contents();
-    auto got = commit(t0, first);
-    REQUIRE(got.state == limit::check_result::status::ok);
-    REQUIRE(got.verdict.allowed);
-    REQUIRE(first.fields.size() == tiers.size());  // a new identifier has no older bucket
-    for (std::size_t i = 0; i < tiers.size(); ++i) CHECK(first.fields[i].name == tiers[i].id);
-    CHECK(first.t_before.empty());
-    CHECK(undo(first) == 4);
-    CHECK(contents() == empty);  // a new identifier is gone again (but for "@e")
-
-    // On a key with history, at a later time: every tier as it was, the log's entry gone.
-    for (int i = 0; i < 2; ++i) REQUIRE(h.script(r, t0 + i * 300 * MS).verdict.allowed);
-    const std::string before = contents();
-    rs::undo_record u;
-    got = commit(t0 + 900 * MS, u);
-    REQUIRE(got.verdict.allowed);
-    CHECK(contents() != before);
-    CHECK(undo(u) == static_cast<long long>(u.fields.size()));
-    CHECK(contents() == before);
-    // The same request is then decided as if the undone one had never been.
-    auto again = h.script(r, t0 + 900 * MS);
-    REQUIRE(again.verdict.allowed);
-    for (std::size_t i = 0; i < tiers.size(); ++i) {
-        CHECK(again.verdict.tiers[i].remaining == got.verdict.tiers[i].remaining);
-        CHECK(again.verdict.tiers[i].reset == got.verdict.tiers[i].reset);
-    }
-
-    // An admission after the commit: the fields and the log entries stay (counted: at worst
-    // under-admission, never a gap in a timestamp's sequence numbers).
-    rs::undo_record late;
-    REQUIRE(commit(t0 + 1'500 * MS, late).verdict.allowed);
-    REQUIRE(h.script(r, t0 + 1'800 * MS).verdict.allowed);
+    r.want_receipt = true;
+    const usec t0 = future_t0();
+    const auto hash = rs::key_name(h.prefix, keys[0]);
     const auto log_key = rs::log_key_name(h.prefix, keys[0], tiers[3]);
-    const auto entries = srv.cmd({"ZCARD", log_key})->integer;
-    CHECK(undo(late) == 0);
-    CHECK(srv.cmd({"ZCARD", log_key})->integer == entries);
+    const auto ms = [&](usec m) { return std::to_string(t0 + m * MS); };
 
-    // A denial carries no record.
-    rs::undo_record none;
-    for (int i = 0; i < 6; ++i) (void)commit(t0 + 2 * SEC, none);
-    none = {};
-    got = commit(t0 + 2 * SEC, none);
-    REQUIRE(got.state == limit::check_result::status::ok);
-    CHECK_FALSE(got.verdict.allowed);
-    CHECK(none.fields.empty());
+    REQUIRE(h.step(r, t0).allowed);
+    const limit::receipt a = h.taken;
+    CHECK(a.at == std::vector<usec>{t0});
+    limit::check_request two = r;
+    two.cost = 2;
+    REQUIRE(h.step(two, t0 + 300 * MS).allowed);
+    const limit::receipt b = h.taken;
+    // The first taken back after the second: the second's charge stays, in every tier.
+    h.take_back(r, a, 1, t0 + 400 * MS);
+    CHECK(str(srv.cmd({"ZRANGE", log_key, "0", "-1"}).get()) == "[" + ms(300) + ":1," + ms(300) + ":2]");
+    REQUIRE(h.step(r, t0 + 600 * MS).allowed);  // decided as decide() does on what is left
+    const limit::receipt c = h.taken;
+
+    // min_interval (the log tier's 200 ms): a mark taken back whole is void; a commit that
+    // passes by it marks again.
+    CHECK_FALSE(h.step(r, t0 + 700 * MS).allowed);
+    h.take_back(r, c, 1, t0 + 700 * MS);
+    CHECK(str(srv.cmd({"HGET", hash, tiers[3].id + "|m"}).get()) == ms(600));
+    REQUIRE(h.step(r, t0 + 700 * MS).allowed);
+    CHECK(str(srv.cmd({"HGET", hash, tiers[3].id + "|m"}).get()).empty());
+    CHECK_FALSE(h.step(r, t0 + 800 * MS).allowed);
+    // In part: the admission stands, its mark too.
+    h.take_back(two, b, 1, t0 + 800 * MS);
+    CHECK_FALSE(h.step(r, t0 + 850 * MS).allowed);
+    REQUIRE(h.step(r, t0 + 900 * MS).allowed);
+
+    // Entries at one instant: a take-back removes as many, the numbers stay gapless, and a
+    // later commit at that instant numbers on from them.
+    std::vector<limit::tier> plain{make_tier(algorithm::log, 9, 30'000, 0, 0, "plain")};
+    std::vector<limit::store_key> pkeys{{sluice::identity::kind::ip, digest_of(22), plain}};
+    limit::check_request p{pkeys, 2};
+    p.want_receipt = true;
+    const auto plain_log = rs::log_key_name(h.prefix, pkeys[0], plain[0]);
+    REQUIRE(h.step(p, t0).allowed);
+    const limit::receipt x = h.taken;
+    REQUIRE(h.step(p, t0).allowed);
+    h.take_back(p, x, 2, t0 + MS);
+    CHECK(str(srv.cmd({"ZRANGE", plain_log, "0", "-1"}).get()) == "[" + ms(0) + ":1," + ms(0) + ":2]");
+    p.cost = 3;
+    REQUIRE(h.step(p, t0 - MS).allowed);  // clamped to the key's clock: t0
+    CHECK(srv.cmd({"ZCARD", plain_log})->integer == 5);
+    CHECK(str(srv.cmd({"ZRANGE", plain_log, "-1", "-1"}).get()) == "[" + ms(0) + ":5]");
+
+    // A denial carries no receipt; a key gone has nothing to give back.
+    p.cost = 9;
+    CHECK_FALSE(h.step(p, t0 + MS).allowed);
+    CHECK(h.taken.at.empty());
+    REQUIRE(str(srv.cmd({"FLUSHALL"}).get()) == "OK");
+    h.states.clear();
+    h.take_back(r, a, 1, t0 + SEC);
+    CHECK(srv.cmd({"DBSIZE"})->integer == 0);
 }
 
 TEST_CASE("redis_script: a bucket tier's older buckets have their own field, written when they change") {
@@ -1413,61 +1598,48 @@ TEST_CASE("redis_script: a bucket tier's older buckets have their own field, wri
     std::vector<limit::tier> tiers{make_tier(algorithm::sliding, 100, 60'000, 6'000)};
     std::vector<limit::store_key> keys{{sluice::identity::kind::user, digest_of(22), tiers}};
     limit::check_request r{keys, 1};
+    r.want_receipt = true;
     const auto hash = rs::key_name(h.prefix, keys[0]);
     const auto head = [&] { return str(srv.cmd({"HGET", hash, tiers[0].id}).get()); };
     const auto older = [&] { return str(srv.cmd({"HGET", hash, tiers[0].id + "|o"}).get()); };
-    const usec t0 = 1'700'000'000 * SEC;  // in the 6 s bucket 283333333
-    const std::string t0_s = std::to_string(t0);
+    const usec t0 = (future_t0() / (6 * SEC)) * 6 * SEC;  // a 6 s bucket's start
+    const usec b0 = t0 / (6 * SEC);
     const auto at = [&](usec s) { return std::to_string(t0 + s * SEC); };
+    const auto bucket = [&](usec i) { return std::to_string(b0 + i); };
 
-    REQUIRE(h.script(r, t0).verdict.allowed);
-    CHECK(head() == t0_s + ";|1|");  // no older bucket
-    for (int i = 1; i < 3; ++i) REQUIRE(h.script(r, t0 + i * 6 * SEC).verdict.allowed);
-    CHECK(head() == at(12) + ";3|1/283333333");
-    CHECK(older() == "283333333:1,283333334:1,");
+    REQUIRE(h.step(r, t0).allowed);
+    const limit::receipt first = h.taken;
+    CHECK(head() == at(0) + ";|1|");  // no older bucket
+    for (int i = 1; i < 3; ++i) REQUIRE(h.step(r, t0 + i * 6 * SEC).allowed);
+    CHECK(head() == at(12) + ";3|1/" + bucket(0));
+    CHECK(older() == bucket(0) + ":1," + bucket(1) + ":1,");
     // In the newest bucket: the head alone changes.
-    REQUIRE(h.script(r, t0 + 13 * SEC).verdict.allowed);
-    CHECK(head() == at(13) + ";4|2/283333333");
-    CHECK(older() == "283333333:1,283333334:1,");
+    REQUIRE(h.step(r, t0 + 13 * SEC).allowed);
+    const limit::receipt in_2 = h.taken;
+    CHECK(head() == at(13) + ";4|2/" + bucket(0));
+    CHECK(older() == bucket(0) + ":1," + bucket(1) + ":1,");
 
-    // A commit into a new bucket, and its undo: both fields go back.
-    rs::undo_record u;
-    std::vector<std::string> argv;
-    rs::build_call(argv, h.sha, h.prefix, r, t0 + 20 * SEC, rs::call_flag::undo);
-    auto reply = srv.cmd(argv);
-    REQUIRE(rs::parse_reply(reply.get(), r, &u).verdict.allowed);
-    CHECK(head() == at(20) + ";5|1/283333333");
-    CHECK(older() == "283333333:1,283333334:1,283333335:2,");
-    REQUIRE(u.fields.size() == 2);
-    CHECK(u.fields[1].name == tiers[0].id + "|o");
-    argv.clear();
-    rs::build_undo(argv, h.sha, h.prefix, keys[0], r.cost, u);
-    CHECK(srv.cmd(argv)->integer == 2);
-    CHECK(head() == at(13) + ";4|2/283333333");
-    CHECK(older() == "283333333:1,283333334:1,");
-
-    // Again, but another admission in the same bucket comes before the undo: the head has
-    // changed since, so it stays, and the older buckets stay with it (a pair, or the count
-    // would drift).
-    argv.clear();
-    rs::build_call(argv, h.sha, h.prefix, r, t0 + 20 * SEC, rs::call_flag::undo);
-    reply = srv.cmd(argv);
-    REQUIRE(rs::parse_reply(reply.get(), r, &u).verdict.allowed);
-    REQUIRE(u.fields.size() == 2);
-    REQUIRE(h.script(r, t0 + 21 * SEC).verdict.allowed);
-    argv.clear();
-    rs::build_undo(argv, h.sha, h.prefix, keys[0], r.cost, u);
-    CHECK(srv.cmd(argv)->integer == 0);
-    CHECK(head() == at(21) + ";6|2/283333333");
-    CHECK(older() == "283333333:1,283333334:1,283333335:2,");
-    // 60 s on, bucket 283333333 has left: 6 - 1 counted, and this one; 9 s more, and
-    // 283333334 and 283333335 have left too (with the pair split by the undo: 94).
-    auto later = h.script(r, t0 + 61 * SEC);
-    REQUIRE(later.verdict.allowed);
-    CHECK(later.verdict.tiers[0].remaining == 100 - 6);
-    later = h.script(r, t0 + 70 * SEC);
-    REQUIRE(later.verdict.allowed);
-    CHECK(later.verdict.tiers[0].remaining == 100 - 4);
+    // A commit into a new bucket, then taken back: its bucket stays as count 0 (no bucket),
+    // the older ones as they are.
+    REQUIRE(h.step(r, t0 + 20 * SEC).allowed);
+    const limit::receipt in_3 = h.taken;
+    CHECK(head() == at(20) + ";5|1/" + bucket(0));
+    CHECK(older() == bucket(0) + ":1," + bucket(1) + ":1," + bucket(2) + ":2,");
+    h.take_back(r, in_3, 1, t0 + 20 * SEC);
+    CHECK(head() == at(20) + ";4|0/" + bucket(0));
+    // An older bucket: its count in the list; emptied, it leaves the list (and the head's
+    // first follows).
+    h.take_back(r, in_2, 1, t0 + 21 * SEC);
+    CHECK(head() == at(20) + ";3|0/" + bucket(0));
+    CHECK(older() == bucket(0) + ":1," + bucket(1) + ":1," + bucket(2) + ":1,");
+    h.take_back(r, first, 1, t0 + 21 * SEC);
+    CHECK(head() == at(20) + ";2|0/" + bucket(1));
+    CHECK(older() == bucket(1) + ":1," + bucket(2) + ":1,");
+    REQUIRE(h.step(r, t0 + 21 * SEC).allowed);
+    CHECK(head() == at(21) + ";3|1/" + bucket(1));
+    // The windows move on as decide()'s (h.step compares every reply).
+    for (const usec s : {55, 61, 67, 73, 80}) REQUIRE(h.step(r, t0 + s * SEC).allowed);
+    CHECK(h.step(r, t0 + 140 * SEC).tiers.at(0).remaining == 99);
 }
 
 TEST_CASE("redis_script: NOSCRIPT after SCRIPT FLUSH, then reload") {
@@ -1508,4 +1680,32 @@ TEST_CASE("redis_script: bad arguments are an error reply, not a crash") {
     auto res = rs::parse_reply(srv.cmd(argv).get(), r);
     CHECK(res.state == limit::check_result::status::error);
     CHECK(res.error.find("sluice") != std::string::npos);
+
+    // A take-back laid out wrong writes nothing.
+    REQUIRE(rs::parse_reply(srv.cmd([&] {
+                                   std::vector<std::string> a;
+                                   rs::build_call(a, sha, "b:", r);
+                                   return a;
+                               }())
+                                .get(),
+                            r)
+                .verdict.allowed);
+    const auto zset = rs::log_key_name("b:", keys[0], tiers[0]);
+    limit::receipt rc;
+    rc.at = {0};
+    // (index, value): the amount 0, the receipt's instant, the algorithm; and no tier id
+    const std::vector<std::pair<std::size_t, std::string>> breaks{{7, "0"}, {10, "x"}, {12, "q"}, {0, ""}};
+    for (const auto& [index, value] : breaks) {
+        CAPTURE(index);
+        std::vector<std::string> undo;
+        rs::build_take_back(undo, sha, "b:", r, rc, 1);
+        if (index == 0)
+            undo.pop_back();
+        else
+            undo[index] = value;
+        auto reply = srv.cmd(undo);
+        CHECK(reply->type == REDIS_REPLY_ERROR);
+        CHECK(str(reply.get()).find("sluice") != std::string::npos);
+        CHECK(srv.cmd({"ZCARD", zset})->integer == 1);
+    }
 }
