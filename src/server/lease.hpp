@@ -41,7 +41,7 @@ private:
     limit::store* store_ = nullptr;
     metrics::shard* metrics_ = nullptr;
     std::shared_ptr<const snapshot> snap_;
-    std::array<limit::store_key, 2> keys_{};
+    std::array<limit::store_key, config::max_policy_kinds> keys_{};  // every key of a request
     limit::check_request r_;
     http::clock::duration every_{};
     http::clock::time_point due_{};
