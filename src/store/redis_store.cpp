@@ -105,7 +105,7 @@ std::optional<limit::check_result> redis_store::try_check(const limit::check_req
 boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_request r) {
     if (!transport_) co_return failed("redis store not started");
     if (r.query) {
-        auto answer = co_await query(std::move(r));
+        auto answer = co_await query(r);
         co_return answer;
     }
     try {
