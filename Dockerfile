@@ -8,6 +8,8 @@
 # another upstream, mount a config of your own:
 #   docker run -p 8080:8080 -p 127.0.0.1:9090:9090 -v $PWD/my.yaml:/etc/sluice/my.yaml \
 #     sluice --config /etc/sluice/my.yaml
+# The samples' admin listener needs its bearer token (admin.token_file) mounted:
+#   -v $PWD/admin.token:/run/secrets/sluice_admin_token:ro
 # Only the sources the build reads are copied, so a local build/ tree never reaches the image.
 
 # --- build: the gateway binary ---

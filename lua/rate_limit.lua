@@ -82,6 +82,7 @@
 --   concurrency.lua  check_concurrency
 --   undo.lua         mode undo: an admission taken back (take_back)
 --   lease.lua        modes release and renew
+--   admin.lua        modes reset and control: the admin API's (DELETE /identities, blocks, overrides)
 --   layout.lua       decode a call's layout: a single check, or a batch checked whole first
 --   decide.lua       modes check and batch: each request decided in turn (decide()), with
 --     identifier.lua   an identifier's fields, clock and tiers (check_all)
@@ -107,6 +108,8 @@ local ERR = 'ERR sluice rate_limit: '
 -- #include parts/undo.lua
 
 -- #include parts/lease.lua
+
+-- #include parts/admin.lua
 
 -- #include parts/layout.lua
 -- #include parts/decide.lua

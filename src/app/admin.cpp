@@ -1,5 +1,6 @@
 #include "app/admin.hpp"
 
+#include "base/text.hpp"
 #include "base/units.hpp"
 #include "http/async.hpp"
 #include "http/response.hpp"
@@ -16,6 +17,10 @@
 #include <boost/json.hpp>
 #include <boost/url/parse_query.hpp>
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include <algorithm>
 #include <charconv>
 
 namespace sluice::app {
@@ -203,8 +208,57 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
         res.body() = upstreams_body(hooks);
     } else {
         res.result(bhttp::status::not_found);
-        res.body() = R"({"error":"not_found","message":"try /healthz, /readyz, /metrics, /top or /upstreams"})";
+        res.body() =
+            R"({"error":"not_found","message":"try /healthz, /readyz, /metrics, /top, /upstreams, /identities/<kind>/<value> or /overrides"})";
     }
+    res.keep_alive(req.keep_alive());
+    res.set(bhttp::field::date, http::date_now());
+    res.prepare_payload();
+    if (req.method() == bhttp::verb::head) res.body().clear();
+    return res;
+}
+
+// admin.token_file's token: "Authorization: Bearer <token>", compared in constant time (as
+// digests, so that neither its length nor its content shows in the timing).
+bool authorized(const bhttp::request<bhttp::string_body>& req, const std::string& token) {
+    const auto field = req.find(bhttp::field::authorization);
+    if (field == req.end()) return false;
+    std::string_view v(field->value().data(), field->value().size());
+    constexpr std::string_view scheme = "bearer ";
+    if (v.size() <= scheme.size() || !base::iequals(v.substr(0, scheme.size()), scheme)) return false;
+    v = base::trim(v.substr(scheme.size()));
+    unsigned char given[EVP_MAX_MD_SIZE], want[EVP_MAX_MD_SIZE];
+    unsigned int n = 0, m = 0;
+    if (EVP_Digest(v.data(), v.size(), given, &n, EVP_sha256(), nullptr) != 1 ||
+        EVP_Digest(token.data(), token.size(), want, &m, EVP_sha256(), nullptr) != 1 || n != m)
+        return false;
+    return CRYPTO_memcmp(given, want, n) == 0;
+}
+
+bhttp::response<bhttp::string_body> unauthorized(const bhttp::request<bhttp::string_body>& req) {
+    bhttp::response<bhttp::string_body> res{bhttp::status::unauthorized, req.version()};
+    res.set(bhttp::field::content_type, "application/json");
+    const bool presented = req.find(bhttp::field::authorization) != req.end();
+    res.set(bhttp::field::www_authenticate,
+            presented ? R"(Bearer realm="sluice-admin", error="invalid_token")" : R"(Bearer realm="sluice-admin")");
+    res.body() = error_body("unauthorized", presented ? "the bearer token is not admin.token_file's"
+                                                      : "this admin request needs Authorization: Bearer <token>");
+    res.keep_alive(req.keep_alive());
+    res.set(bhttp::field::date, http::date_now());
+    res.prepare_payload();
+    if (req.method() == bhttp::verb::head) res.body().clear();
+    return res;
+}
+
+bool api_path(std::string_view path) {
+    return path.starts_with("/identities/") || path == "/overrides" || path.starts_with("/overrides/");
+}
+
+bhttp::response<bhttp::string_body> from_reply(const bhttp::request<bhttp::string_body>& req, admin_reply r) {
+    bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(r.status), req.version()};
+    res.set(bhttp::field::content_type, "application/json");
+    if (!r.allow.empty()) res.set(bhttp::field::allow, r.allow);
+    res.body() = std::move(r.body);
     res.keep_alive(req.keep_alive());
     res.set(bhttp::field::date, http::date_now());
     res.prepare_payload();
@@ -280,9 +334,36 @@ private:
     bool listed_ = true;
 };
 
-asio::awaitable<void> admin_server::serve(std::unique_ptr<connection> conn) {
+asio::awaitable<bhttp::response<bhttp::string_body>> admin_server::respond(
+    const bhttp::request<bhttp::string_body>& req, const std::string& peer) {
     const admin_hooks hooks{metrics_, ready_, reload_, offenders_, upstreams_};
+    const auto target = req.target();
+    const std::string_view path(target.data(), std::min(target.size(), target.find('?')));
+    if (settings_) {
+        const auto& s = settings_();
+        const bool open = std::find(s.open.begin(), s.open.end(), path) != s.open.end();
+        if (!s.token.empty() && !open && !authorized(req, s.token)) {
+            metrics_.admin_unauthorized();
+            spdlog::info("admin: {} {} from {} refused 401", std::string_view(req.method_string()), path, peer);
+            co_return unauthorized(req);
+        }
+    }
+    if (api_ && api_path(path)) {
+        const auto q = target.find('?');
+        const admin_request ar{req.method(), path,
+                               q == target.npos ? std::string_view() : std::string_view(target.substr(q + 1)),
+                               req.body(), peer};
+        auto reply = co_await api_(ar);
+        co_return from_reply(req, std::move(reply));
+    }
+    co_return answer(req, hooks);
+}
+
+asio::awaitable<void> admin_server::serve(std::unique_ptr<connection> conn) {
     auto& stream = conn->stream;
+    boost::system::error_code peer_ec;
+    const auto remote = stream.socket().remote_endpoint(peer_ec);
+    const std::string peer = peer_ec ? std::string("?") : remote.address().to_string();
     for (bool first = true;; first = false) {
         bhttp::request_parser<bhttp::string_body> parser;
         parser.header_limit(max_header_bytes);
@@ -292,7 +373,12 @@ asio::awaitable<void> admin_server::serve(std::unique_ptr<connection> conn) {
         if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
             ec == asio::error::connection_reset || ec == asio::error::operation_aborted)
             break;
-        auto res = ec ? refusal(ec) : answer(parser.get(), hooks);
+        bhttp::response<bhttp::string_body> res;
+        if (ec) {
+            res = refusal(ec);
+        } else {
+            res = co_await respond(parser.get(), peer);
+        }
         stream.expires_after(limits_.header_timeout);
         auto [wec, wn] = co_await bhttp::async_write(stream, res, use_tuple);
         if (wec) co_return;
@@ -317,10 +403,11 @@ void admin_server::make_room() {
                  limits_.max_connections, evicted_);
 }
 
-admin_server::admin_server(asio::io_context& ioc, const tcp::endpoint& listen, const metrics::registry& metrics,
+admin_server::admin_server(asio::io_context& ioc, const tcp::endpoint& listen, metrics::registry& metrics,
                            std::function<readiness()> ready, std::function<app::reload_result()> reload,
                            std::function<std::vector<limit::offender>()> offenders,
-                           std::function<std::vector<upstream::pool_status>()> upstreams, admin_limits limits)
+                           std::function<std::vector<upstream::pool_status>()> upstreams, admin_limits limits,
+                           admin_settings settings, admin_handler api)
     : ioc_(ioc),
       acceptor_(ioc),
       metrics_(metrics),
@@ -328,7 +415,9 @@ admin_server::admin_server(asio::io_context& ioc, const tcp::endpoint& listen, c
       reload_(std::move(reload)),
       offenders_(std::move(offenders)),
       upstreams_(std::move(upstreams)),
-      limits_(limits) {
+      limits_(limits),
+      settings_(std::move(settings)),
+      api_(std::move(api)) {
     acceptor_.open(listen.protocol());
     acceptor_.set_option(asio::socket_base::reuse_address(true));
     acceptor_.bind(listen);

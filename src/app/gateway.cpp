@@ -1,6 +1,7 @@
 #include "app/gateway.hpp"
 
 #include "app/admin.hpp"
+#include "app/control_plane.hpp"
 #include "app/reload.hpp"
 #include "metrics/metrics.hpp"
 #include "server/access_log.hpp"
@@ -150,6 +151,8 @@ private:
     std::vector<std::unique_ptr<server::worker>> workers_;
     asio::io_context main_ioc_{1};
     upstream::registry upstreams_{main_ioc_};
+    std::shared_ptr<const server::snapshot> snap_;  // the running config's
+    std::unique_ptr<control_plane> control_;        // the admin's blocks, overrides and store calls
     std::unique_ptr<admin_server> admin_;
     asio::signal_set stop_signals_{main_ioc_, SIGINT, SIGTERM};
     asio::signal_set reload_signal_{main_ioc_, SIGHUP};
@@ -280,6 +283,13 @@ bool gateway::start() {
                                                             cfg_->server.max_connections, store_for(i), hasher));
         if (access_log_) workers_.back()->access = &access_log_->lane_of(i);
     }
+    snap_ = snap;
+    std::vector<control_plane::worker_link> links;
+    for (unsigned i = 0; i < threads_; ++i)
+        links.push_back({workers_[i].get(), redis_.empty() ? nullptr : redis_[i].get()});
+    control_ = std::make_unique<control_plane>(
+        main_ioc_, std::move(links), hasher, [this] { return snap_; }, metrics_);
+    metrics_.add_controls([this] { return control_->counts(); });
     try {
         if (cfg_->server.plain) refuse_if_taken(endpoint_of(cfg_->server.listen));
         if (cfg_->server.tls) refuse_if_taken(endpoint_of(cfg_->server.tls->listen));
@@ -287,7 +297,9 @@ bool gateway::start() {
             main_ioc_, endpoint_of(cfg_->admin.listen), metrics_, [this] { return store_readiness(); },
             [this] { return reload(); }, [this] { return offenders(); },
             [this] { return upstream::status_of(upstreams_.pools(), upstream::clock::now()); },
-            admin_limits{cfg_->server.header_timeout, cfg_->server.idle_timeout, 64});
+            admin_limits{cfg_->server.header_timeout, cfg_->server.idle_timeout, 64},
+            [this]() -> const config::admin_config& { return cfg_->admin; },
+            [this](const admin_request& r) { return control_->handle(r); });
         metrics_.add_limited_identities([this] { return limit::offenders::merge(offenders()).size(); });
         // Scraped on the admin listener's thread, the main one, where reloads install pools.
         metrics_.add_upstreams(
@@ -306,7 +318,8 @@ bool gateway::start() {
 void gateway::wait_for_store(std::chrono::steady_clock::time_point deadline) {
     if (draining_) return;
     const bool ready = std::all_of(redis_.begin(), redis_.end(), [](const auto& r) { return r->ready(); });
-    if (ready) return open_listeners();
+    // The blocks and overrides first: a blocked caller must not pass a gateway that just started.
+    if (ready) return control_->load_then([this] { open_listeners(); });
     if (std::chrono::steady_clock::now() >= deadline) {
         if (cfg_->store.redis_start_timeout.count() == 0) return open_listeners();  // asked not to wait
         spdlog::warn(
@@ -322,6 +335,7 @@ void gateway::wait_for_store(std::chrono::steady_clock::time_point deadline) {
 }
 
 void gateway::open_listeners() {
+    if (draining_) return;
     try {
         if (cfg_->server.plain) {
             auto ep = endpoint_of(cfg_->server.listen);
@@ -364,6 +378,7 @@ void gateway::drain(int sig) {
     reload_timer_.cancel();
     upstreams_.stop();
     admin_->stop();
+    control_->stop();
     reload_signal_.cancel();
     collect_timer_.cancel();
     auto accepting = std::make_shared<std::size_t>(workers_.size());
@@ -406,6 +421,7 @@ reload_result gateway::reload() {
     for (const auto& key : result.restart_required)
         spdlog::warn("reload: {} changed but needs a restart; the running value stays in effect", key);
     cfg_ = result.cfg;
+    snap_ = snap;
     upstreams_.install(std::move(pools));
     took_config(*cfg_, metrics_);
     spdlog::set_level(spdlog::level::from_str(cfg_->log.level));
@@ -452,6 +468,7 @@ int gateway::run() {
     };
     reopen_signal_.async_wait(on_usr1);
     admin_->start();
+    control_->start();
     // Printed at any log level: scripts and tests read the port from this line.
     std::fprintf(stderr, "sluice: admin listening on %s\n", to_text(admin_->local_endpoint()).c_str());
 

@@ -41,6 +41,19 @@ reload_result load_for_reload(const config::config& running) {
     for (const auto& k : config::restart_only_keys()) {
         if (k.keep(*next, running)) changed.push_back(k.key);
     }
+    // admin.listen is taken at start: a file that moves it to loopback and drops the token
+    // would leave the running listener open without one.
+    if (next->admin.token.empty() && !running.admin.token.empty()) {
+        boost::system::error_code ec;
+        const auto a = boost::asio::ip::make_address(next->admin.listen.host, ec);
+        if (ec || !a.is_loopback())
+            return {false,
+                    running.source +
+                        ": admin.token_file: the running admin listener is not on loopback; it keeps its token "
+                        "until a restart",
+                    nullptr,
+                    {}};
+    }
     return {true, "reloaded " + running.source, next, std::move(changed)};
 }
 

@@ -112,6 +112,13 @@ struct server_config {
 
 struct admin_config {
     address listen{"127.0.0.1", 9090};
+    // admin.token_file: "" = none (every admin request is answered, and the listener must be
+    // on a loopback address). `token` is its content with surrounding blanks and line ends
+    // trimmed, read at start and at every reload: a secret, never logged.
+    std::string token_file;
+    std::string token;
+    // admin.open: the paths answered without the token (probes and scrapers send none).
+    std::vector<std::string> open{"/healthz", "/readyz", "/metrics"};
 
     bool operator==(const admin_config&) const = default;
 };
@@ -468,6 +475,23 @@ public:
 // rewritten in place is waited for, up to a second, never loaded half-written.
 std::shared_ptr<const config> load_file(const std::string& path);
 std::shared_ptr<const config> load_string(std::string_view yaml, const std::string& name);
+
+// The body of the admin API's PUT /overrides/<kind>/<value>, JSON read with the config's own
+// readers (YAML reads JSON): {"policy": <name>, "tiers": [<tier as in the file>...]} or
+// {"plan": <name>}, and "expires_in": <duration, at most 8784h>. Tiers are read for `kind`
+// (their duplicates refused as in a policy). Throws config_error
+// "SOURCE:LINE:COLUMN: key.path: reason" naming the field; the checks against a config (the
+// policy exists and limits the kind, the plan exists, a route's cost fits) are the caller's.
+struct override_config {
+    std::string policy;  // with tiers
+    std::vector<tier_config> tiers;
+    std::string plan;  // instead of policy and tiers
+    duration expires_in{0};
+};
+override_config read_override(const std::string& text, const std::string& source, const std::string& kind);
+// A JSON list of tiers alone, as read_override reads "tiers".
+std::vector<tier_config> read_override_tiers(const std::string& text, const std::string& source,
+                                             const std::string& kind);
 
 // Every key the file may hold, as dotted paths in the order the schema declares them: a
 // list's items as "routes[].match.path", names the user chooses as "policies.<name>.shadow".

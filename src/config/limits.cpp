@@ -376,4 +376,57 @@ void check_plans(const config& c) {
 
 std::string_view to_string(algorithm a) { return detail::algorithm_names[static_cast<std::size_t>(a)]; }
 
+namespace {
+
+constexpr duration max_expires_in = std::chrono::hours(8784);
+
+}  // namespace
+
+override_config read_override(const std::string& text, const std::string& source, const std::string& kind) {
+    const YAML::Node doc = detail::parse_document(text, source);
+    const detail::node_ref root(doc, source);
+    if (!root.node().IsMap()) root.fail("expected a JSON object");
+    override_config out;
+    std::optional<detail::node_ref> policy_at, tiers_at, plan_at, expires_at;
+    detail::read_mapping(
+        root, {
+                  {"policy",
+                   [&](const detail::node_ref& v) {
+                       out.policy = detail::read_checked(v, detail::is_policy_name, detail::expected_policy_name);
+                       policy_at = v;
+                   }},
+                  {"tiers",
+                   [&](const detail::node_ref& v) {
+                       out.tiers = detail::read_tiers(v, kind);
+                       if (out.tiers.empty()) v.fail(detail::kind_without_tiers);
+                       tiers_at = v;
+                   }},
+                  {"plan",
+                   [&](const detail::node_ref& v) {
+                       out.plan = detail::read_checked(v, detail::is_policy_name, detail::bad_plan_name);
+                       plan_at = v;
+                   }},
+                  {"expires_in",
+                   [&](const detail::node_ref& v) {
+                       out.expires_in = detail::read_duration(v, detail::zero::refused);
+                       if (out.expires_in > max_expires_in) v.fail("must be at most 8784h");
+                   },
+                   detail::presence::required},
+              });
+    if (plan_at && (policy_at || tiers_at))
+        (policy_at ? policy_at : tiers_at)->fail_at_key("give either plan, or policy and tiers");
+    if (!plan_at && !policy_at)
+        root.fail_at(root.mark(), root.path_of("policy"), "required key is missing (give policy and tiers, or plan)");
+    if (policy_at && !tiers_at) root.fail_at(root.mark(), root.path_of("tiers"), "required key is missing");
+    if (tiers_at && !policy_at) root.fail_at(root.mark(), root.path_of("policy"), "required key is missing");
+    return out;
+}
+
+std::vector<tier_config> read_override_tiers(const std::string& text, const std::string& source,
+                                             const std::string& kind) {
+    const YAML::Node doc = detail::parse_document(text, source);
+    const detail::node_ref root(doc, source);
+    return detail::read_tiers(root, kind);
+}
+
 }  // namespace sluice::config

@@ -119,6 +119,12 @@ inline constexpr std::string_view route_needs_path = "expected path or path_pref
 inline constexpr std::string_view bad_method = "expected an HTTP method like GET";
 inline constexpr std::string_view bad_route_host = "expected a host name like api.example.com";
 inline constexpr std::string_view expected_policy_name = "expected a policy name";
+inline constexpr std::string_view admin_needs_token =
+    "an address other than loopback needs admin.token_file: without a token anyone who reaches it could reset "
+    "counters, block callers and reload";
+inline constexpr std::string_view bad_admin_token =
+    "the file must hold one bearer token of 16 to 4096 characters: letters, digits, '-', '.', '_', '~', '+', '/', "
+    "then any '=' (blanks and line ends around it are trimmed)";
 
 // A limit, burst or cost is at most this: limiter arithmetic (integer microseconds) stays
 // far from overflow.
@@ -155,6 +161,8 @@ bool is_user_name(std::string_view s);
 bool is_policy_name(std::string_view s);  // also plan names
 bool is_route_path(std::string_view s);
 bool is_key_prefix(std::string_view s);
+bool is_loopback(std::string_view host);   // 127.0.0.0/8 or ::1
+bool is_bearer_token(std::string_view s);  // RFC 6750 b64token, 16 to 4096 characters
 std::string to_lower(std::string s);
 std::string to_upper(std::string s);
 

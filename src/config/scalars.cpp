@@ -231,6 +231,22 @@ bool is_key_prefix(std::string_view s) {
                         [](char c) { return static_cast<unsigned char>(c) <= ' ' || c == '{' || c == '}'; });
 }
 
+bool is_loopback(std::string_view host) {
+    boost::system::error_code ec;
+    const auto a = boost::asio::ip::make_address(std::string(host), ec);
+    return !ec && a.is_loopback();
+}
+
+bool is_bearer_token(std::string_view s) {
+    if (s.size() < 16 || s.size() > 4096) return false;
+    std::size_t end = s.size();
+    while (end > 0 && s[end - 1] == '=') --end;
+    if (end == 0) return false;
+    return std::all_of(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(end), [](char c) {
+        return is_ascii_alnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == '+' || c == '/';
+    });
+}
+
 std::string to_lower(std::string s) {
     for (char& c : s) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
     return s;

@@ -1,7 +1,10 @@
 // The small sections: server, admin, proxy, log, response.
+#include <algorithm>
+#include <filesystem>
 #include <limits>
 
 #include "config/readers.hpp"
+#include "config/stable_file.hpp"
 
 namespace sluice::config::detail {
 
@@ -29,6 +32,25 @@ bool keep_plain_listener(config& next, const config& running) {
     next.server.plain = running.server.plain;
     next.server.listen = running.server.listen;
     return changed;
+}
+
+// admin.token_file's token: the file's content, trimmed of blanks and line ends. A path
+// relative to the config file's directory.
+std::string read_admin_token(const node_ref& v, const std::string& file) {
+    std::filesystem::path path(file);
+    if (path.is_relative()) path = std::filesystem::path(v.source()).parent_path() / path;
+    std::string text;
+    try {
+        text = read_stable_file(path.string());
+    } catch (const std::exception& e) {
+        v.fail(e.what());
+    }
+    std::string_view token = text;
+    const auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+    while (!token.empty() && blank(token.front())) token.remove_prefix(1);
+    while (!token.empty() && blank(token.back())) token.remove_suffix(1);
+    if (!is_bearer_token(token)) v.fail(bad_admin_token);
+    return std::string(token);
 }
 
 }  // namespace
@@ -70,10 +92,34 @@ void read_server(const node_ref& n, server_config& out) {
 }
 
 void read_admin(const node_ref& n, admin_config& out) {
-    read_mapping(n, {
-                        {"listen", [&](const node_ref& v) { out.listen = read_address(v); }, presence::optional,
-                         restart_only<&config::admin, &admin_config::listen>},
-                    });
+    std::optional<node_ref> listen_at;
+    read_mapping(
+        n,
+        {
+            {"listen",
+             [&](const node_ref& v) {
+                 out.listen = read_address(v);
+                 listen_at = v;
+             },
+             presence::optional, restart_only<&config::admin, &admin_config::listen>},
+            {"token_file",
+             [&](const node_ref& v) {
+                 out.token_file = read_string(v);
+                 out.token = read_admin_token(v, out.token_file);
+             }},
+            {"open",
+             [&](const node_ref& v) {
+                 out.open.clear();
+                 read_list(v, empty_list::allowed, [&](const node_ref& item) {
+                     auto path = schema::read_choice(item, {"/healthz", "/readyz", "/metrics", "/top", "/upstreams"});
+                     if (std::find(out.open.begin(), out.open.end(), path) != out.open.end()) item.fail(listed_twice);
+                     out.open.push_back(std::move(path));
+                 });
+             }},
+        });
+    // Without a token anyone who reaches the listener may reset counters, block callers and
+    // reload: only the host itself may reach it.
+    if (out.token_file.empty() && !is_loopback(out.listen.host) && listen_at) listen_at->fail(admin_needs_token);
 }
 
 void read_proxy(const node_ref& n, proxy_config& out) {

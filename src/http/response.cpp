@@ -4,6 +4,7 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <ctime>
@@ -102,6 +103,22 @@ void write_limited(std::string& out, std::string_view policy, std::int64_t retry
         out += in_flight;
     }
     out += '}';
+}
+
+void write_blocked(std::string& out, std::string_view policy, std::int64_t retry_after_s, connection c) {
+    std::string body = R"({"error":"blocked","policy":")";
+    body += policy;  // [a-z0-9_-]: no escaping
+    body += R"(","retry_after":)";
+    append_number(body, static_cast<std::uint64_t>(std::max<std::int64_t>(retry_after_s, 0)));
+    body += R"(,"message":"the operator blocked this caller until retry_after seconds have passed"})";
+    out += "HTTP/1.1 429 Too Many Requests\r\n";
+    append_date(out);
+    out += "Content-Type: application/json\r\nRetry-After: ";
+    append_number(out, static_cast<std::uint64_t>(std::max<std::int64_t>(retry_after_s, 0)));
+    out += "\r\nContent-Length: ";
+    append_number(out, body.size());
+    end_head(out, c);
+    out += body;
 }
 
 }  // namespace sluice::http

@@ -85,6 +85,11 @@ void write_failure(std::string& out, const failure& f, connection c, std::string
 void write_limited(std::string& out, std::string_view policy, std::int64_t retry_after_s, std::string_view fields,
                    connection c);
 
+// Appends a whole 429 for a caller the operator blocked (the admin API): Retry-After (the
+// block's remaining seconds) and the JSON body {"error":"blocked","policy":"<policy>",
+// "retry_after":N,"message":"..."}.
+void write_blocked(std::string& out, std::string_view policy, std::int64_t retry_after_s, connection c);
+
 // Now as an IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT", RFC 9110 section 5.6.7), formatted
 // at most once a second per thread; valid until the calling thread's next call.
 std::string_view date_now();

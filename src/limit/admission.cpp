@@ -21,6 +21,7 @@ const char* to_string(decision_kind d) {
         case decision_kind::store_error: return "store_error";
         case decision_kind::missing: return "missing";
         case decision_kind::ambiguous: return "ambiguous";
+        case decision_kind::blocked: return "blocked";
     }
     return "";
 }

@@ -26,7 +26,8 @@ namespace sluice::limit {
 // limited (no route, an unlimited route, or no identifier to limit); unauthorized: the
 // identify phase refused the credentials, so the limits were never asked.
 // missing: a kind with on_missing: refuse had no value (400); ambiguous: a kind's header
-// field or query parameter was given twice with different values (400).
+// field or query parameter was given twice with different values (400). blocked: the operator
+// blocked one of the request's identifiers (limit/controls.hpp: 429, nothing charged).
 enum class decision_kind {
     none,
     bypass,
@@ -37,17 +38,19 @@ enum class decision_kind {
     forbidden,
     store_error,
     missing,
-    ambiguous
+    ambiguous,
+    blocked
 };
 
 const char* to_string(decision_kind d);
 
 struct outcome {
     // missing: a value the policy requires is missing (400; on_missing: refuse); ambiguous: a
-    // value the policy limits by is given twice, differently (400).
-    enum class kind { pass, limited, forbidden, store_down, missing, ambiguous } what = kind::pass;
+    // value the policy limits by is given twice, differently (400); blocked: by the operator
+    // (limit/controls.hpp), until retry_after_s has passed.
+    enum class kind { pass, limited, forbidden, store_down, missing, ambiguous, blocked } what = kind::pass;
     std::string fields;              // rate-limit response fields ("Name: value\r\n" lines)
-    std::int64_t retry_after_s = 0;  // limited
+    std::int64_t retry_after_s = 0;  // limited, blocked
     std::string reason;              // forbidden, missing and ambiguous: why, safe to show the client
     decision_kind decision = decision_kind::none;
     // The identifier named in the access log (none: no identifier): the one whose tier refused

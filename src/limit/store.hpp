@@ -93,11 +93,9 @@ public:
         co_return false;  // TODO(issue 25): every store overrides it
     }
     // Forgets the state of r's tiers for r's identifiers (the admin's DELETE /identities):
-    // they start afresh. False when the store could not.
-    virtual boost::asio::awaitable<bool> reset(check_request r) {
-        (void)r;
-        co_return false;  // TODO(issue 25): every store overrides it
-    }
+    // they start afresh (a concurrency tier's slots are freed: requests in flight then hold
+    // none). False when the store could not.
+    virtual boost::asio::awaitable<bool> reset(check_request r) = 0;
     // Identifiers held now (for the keys-held gauge); any thread.
     virtual std::size_t keys_held() const = 0;
     // A new configuration was installed: drop anything cached from the old one (the

@@ -90,9 +90,43 @@ registry::registry(std::size_t workers) : extra_(std::make_shared<prometheus::Re
                     .Name("sluice_config_reloads_total")
                     .Help("Configuration reloads (SIGHUP or POST /reload), by result.")
                     .Register(*extra_);
+    admin_actions_ = &prometheus::BuildCounter()
+                          .Name("sluice_admin_actions_total")
+                          .Help("Admin API actions answered (identities read or reset, blocks, overrides), by action.")
+                          .Register(*extra_);
+    admin_unauthorized_ = &prometheus::BuildCounter()
+                               .Name("sluice_admin_unauthorized_total")
+                               .Help("Admin requests refused 401: no bearer token, or another than admin.token_file's.")
+                               .Register(*extra_)
+                               .Add({});
 }
 
 void registry::reloaded(bool ok) { reloads_->Add({{"result", ok ? "ok" : "error"}}).Increment(); }
+
+void registry::admin_action(std::string_view action) {
+    admin_actions_->Add({{"action", std::string(action)}}).Increment();
+}
+
+void registry::admin_unauthorized() { admin_unauthorized_->Increment(); }
+
+void registry::add_controls(std::function<std::pair<std::size_t, std::size_t>()> counts) {
+    auto collect = [counts = std::move(counts)] {
+        std::vector<prometheus::MetricFamily> out(1);
+        out[0] = {"sluice_admin_controls",
+                  "Blocks and overrides the admin API set that are in effect now, by type.",
+                  MetricType::Gauge,
+                  {}};
+        const auto [blocks, overrides] = counts();
+        for (const auto& [type, n] : {std::pair{"block", blocks}, std::pair{"override", overrides}}) {
+            auto& m = out[0].metric.emplace_back();
+            m.label.push_back({"type", type});
+            m.gauge.value = static_cast<double>(n);
+        }
+        return out;
+    };
+    std::lock_guard lock(names_mu_);
+    collectors_.push_back(std::move(collect));
+}
 
 std::size_t registry::slot(std::string_view kind, const std::string& name) {
     std::lock_guard lock(names_mu_);
@@ -427,6 +461,16 @@ std::string registry::scrape() const {
                             MetricType::Counter);
     forbidden.metric.push_back(counter({}, total(&shard::forbidden_)));
     out.push_back(std::move(forbidden));
+
+    auto blocked = family("sluice_blocked_total",
+                          "Requests answered 429 because the operator blocked their caller (admin API), by policy.",
+                          MetricType::Counter);
+    for (std::size_t p = 0; p < policies_.size(); ++p) {
+        std::uint64_t sum = 0;
+        for (const auto& s : shards_) sum += s->blocked_[p].get();
+        blocked.metric.push_back(counter({{"policy", policies_[p]}}, sum));
+    }
+    out.push_back(std::move(blocked));
 
     auto keys =
         family("sluice_store_keys", "Identifiers whose limit state the memory store holds now.", MetricType::Gauge);

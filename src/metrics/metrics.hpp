@@ -101,6 +101,8 @@ public:
     void store_failed() { store_errors_.add(); }
     void unauthorized() { unauthorized_.add(); }
     void forbidden() { forbidden_.add(); }
+    // A request refused because the operator blocked its caller (the admin API), by policy slot.
+    void blocked(std::size_t policy_slot) { blocked_[policy_slot].add(); }
     void upstream_failed(upstream_error e) { upstream_errors_[static_cast<std::size_t>(e)].add(); }
     void connection_opened() { open_connections_.add(); }
     void connection_closed() { open_connections_.sub(); }
@@ -131,7 +133,7 @@ private:
     cell store_errors_, unauthorized_, forbidden_;
     std::array<cell, static_cast<std::size_t>(upstream_error::count_)> upstream_errors_{};
     cell open_connections_, rejected_connections_, idle_upstream_, leases_held_;
-    std::array<cell, max_slots> upstream_busy_{}, upstream_queued_{};
+    std::array<cell, max_slots> upstream_busy_{}, upstream_queued_{}, blocked_{};
     std::array<cell, static_cast<std::size_t>(proxy_refusal::count_)> proxy_refused_{};
     std::array<cell, static_cast<std::size_t>(tls_result::count_) * static_cast<std::size_t>(tls_version::count_)>
         handshakes_{};
@@ -203,6 +205,14 @@ public:
     void add_upstreams(std::function<std::vector<upstream_pool_figures>()> pools);
     // Counts a configuration reload (SIGHUP or POST /reload) by its result.
     void reloaded(bool ok);
+    // sluice_admin_actions_total: an admin API action answered (GET or DELETE
+    // /identities/..., a block set or lifted, an override set, ended or listed), by action;
+    // sluice_admin_unauthorized_total: an admin request refused 401. The admin's thread.
+    void admin_action(std::string_view action);
+    void admin_unauthorized();
+    // sluice_admin_controls: the blocks and overrides in effect, from `counts()` (blocks,
+    // overrides) at each scrape (on the scraping thread). Once, at start.
+    void add_controls(std::function<std::pair<std::size_t, std::size_t>()> counts);
     // The certificates the TLS listener serves now: (name, notAfter in Unix seconds), for
     // sluice_tls_certificate_expiry_seconds. At start and at every reload; any thread.
     void set_certificates(std::vector<std::pair<std::string, std::int64_t>> certs);
@@ -219,6 +229,8 @@ private:
     std::vector<std::function<std::vector<prometheus::MetricFamily>()>> collectors_;
     std::shared_ptr<prometheus::Registry> extra_;
     prometheus::Family<prometheus::Counter>* reloads_ = nullptr;
+    prometheus::Family<prometheus::Counter>* admin_actions_ = nullptr;
+    prometheus::Counter* admin_unauthorized_ = nullptr;
 };
 
 }  // namespace sluice::metrics

@@ -7,6 +7,7 @@
 
 #include "identity/caller.hpp"
 #include "limit/admission.hpp"
+#include "limit/controls.hpp"
 #include "route/router.hpp"
 #include "server/lease.hpp"
 #include "server/worker.hpp"
@@ -39,9 +40,19 @@ public:
     void release() { lease_.release(); }
 
 private:
+    // The operator's controls (limit/controls.hpp) on the prepared request: false when it is
+    // blocked (`out` says so); else request_ is what the store is asked (an override's
+    // tiers), and `asking` whether to ask it (a plan override prepares the request again).
+    bool controlled(const limit::admission_context& ctx, const route::route& r, const identity::caller& who,
+                    limit::outcome& out, bool& asking);
+
     worker& w_;
     limit::admission admission_;
-    held_lease lease_;  // the concurrency slots of the request being served
+    limit::control_step control_;
+    const limit::check_request* request_ = &admission_.request();  // admission's, or control_'s
+    limit::controls_ptr controls_;                                 // while request_ is control_'s
+    identity::caller replanned_;                                   // the caller under a plan override
+    held_lease lease_;                                             // the concurrency slots of the request being served
 };
 
 }  // namespace sluice::server

@@ -279,6 +279,7 @@ awaitable<after> session::phases() {
             co_return co_await respond(fail::missing_identifier.with(req_.outcome.reason));
         case limit::outcome::kind::ambiguous:
             co_return co_await respond(fail::ambiguous_identifier.with(req_.outcome.reason));
+        case limit::outcome::kind::blocked: co_return co_await respond_blocked();
     }
     co_return co_await exchange();
 }
@@ -389,6 +390,14 @@ awaitable<after> session::respond_limited() {
     out_.clear();
     http::write_limited(out_, req_.route->limits->name, req_.outcome.retry_after_s, req_.outcome.fields,
                         connection_of(keep));
+    co_return co_await send_own_answer(keep);
+}
+
+awaitable<after> session::respond_blocked() {
+    const bool keep = may_keep_alive();
+    req_.status = 429;
+    out_.clear();
+    http::write_blocked(out_, req_.route->limits->name, req_.outcome.retry_after_s, connection_of(keep));
     co_return co_await send_own_answer(keep);
 }
 

@@ -128,6 +128,7 @@ private:
     // `extra`: header lines ("Name: value\r\n") the answer carries.
     boost::asio::awaitable<after> respond(const failure& f, std::string_view extra = {});
     boost::asio::awaitable<after> respond_limited();
+    boost::asio::awaitable<after> respond_blocked();
     boost::asio::awaitable<after> send_own_answer(bool keep);
     boost::asio::awaitable<void> linger();
     void end_request();

@@ -8,6 +8,7 @@
 #include "config/config.hpp"
 #include "http/deadline_sweep.hpp"
 #include "identity/hasher.hpp"
+#include "limit/controls.hpp"
 #include "limit/offenders.hpp"
 #include "limit/store.hpp"
 #include "metrics/metrics.hpp"
@@ -40,6 +41,9 @@ struct worker {
     std::shared_ptr<const snapshot> snap;
     metrics::shard& metrics;
     limit::store& store;
+    // The blocks and overrides in effect (admin API), replaced as a whole by the app when
+    // they change; null or empty: none.
+    limit::controls_ptr controls;
     identity::hasher hasher;
     limit::offenders refusals;           // who this worker refused lately (GET /top)
     limit::lease_ids lease_ids;          // for the requests that meet a concurrency tier

@@ -85,7 +85,33 @@ void fallback_store::answered() {
     if (degraded_.exchange(false, std::memory_order_relaxed)) state_.left();
 }
 
+limit::check_result fallback_store::query_locally(const limit::check_request& r) {
+    try {
+        std::vector<limit::store_key> keys(r.keys.begin(), r.keys.end());
+        for (auto& k : keys) k.tiers = divided(k.tiers);
+        limit::check_request local = r;
+        local.keys = keys;
+        return *local_.try_check(local);
+    } catch (const std::exception&) {
+        limit::check_result out;
+        out.state = limit::check_result::status::error;
+        out.error = "out of memory";
+        return out;
+    }
+}
+
+boost::asio::awaitable<bool> fallback_store::reset(limit::check_request r) {
+    local_.reset_now(r);  // divided tiers keep their keys
+    const bool done = co_await shared_.reset(r);
+    co_return done;
+}
+
 std::optional<limit::check_result> fallback_store::try_check(const limit::check_request& r) {
+    if (r.query) {
+        auto result = shared_.try_check(r);
+        if (result && result->state == limit::check_result::status::error) return query_locally(r);
+        return result;
+    }
     auto result = shared_.try_check(r);
     // An answer at once that is not an error is the deny cache's: it says nothing of the
     // shared store's health.
@@ -95,6 +121,10 @@ std::optional<limit::check_result> fallback_store::try_check(const limit::check_
 
 boost::asio::awaitable<limit::check_result> fallback_store::check(limit::check_request r) {
     auto result = co_await shared_.check(r);
+    if (r.query) {
+        if (result.state == limit::check_result::status::error) co_return query_locally(r);
+        co_return result;
+    }
     if (result.state == limit::check_result::status::error) co_return decide_locally(r, result.error);
     answered();
     co_return result;

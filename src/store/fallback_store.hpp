@@ -13,6 +13,8 @@
 //  - The local state is kept after the shared store is back and expires as its windows
 //    pass: a second outage inside a window resumes the counts of the first.
 //  - Divided tiers are built once per tier list and kept until on_reload().
+//  - A query (check_request::query) is the shared store's answer, or the local store's when
+//    the shared one fails; it never turns a worker degraded.
 //
 // Thread: one fallback_store per worker, used on that worker's thread like the shared store
 // it wraps; degraded() from any thread. The memory store and the fallback_state are shared
@@ -62,6 +64,9 @@ public:
     }
     // To the store that admitted (receipt::local): the local one over the same divided tiers.
     boost::asio::awaitable<bool> take_back(limit::check_request r, limit::receipt rc, std::int64_t amount) override;
+    // Both stores: the local one holds what this gateway decided while degraded. The
+    // shared store's answer.
+    boost::asio::awaitable<bool> reset(limit::check_request r) override;
     std::size_t keys_held() const override { return shared_.keys_held(); }
     void on_reload() override;
     // The shared store's readiness: with it not ready this store still answers, locally.
@@ -74,6 +79,9 @@ public:
 
 private:
     limit::check_result decide_locally(const limit::check_request& r, const std::string& why);
+    // A query the shared store could not answer, on the local store (not a local decision:
+    // the worker does not turn degraded).
+    limit::check_result query_locally(const limit::check_request& r);
     std::span<const limit::tier> divided(std::span<const limit::tier> tiers);
     // r's keys over divided tiers (in keys_: valid until the next call).
     std::span<const limit::store_key> local_keys(const limit::check_request& r);

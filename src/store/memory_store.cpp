@@ -122,6 +122,7 @@ void memory_store::locked(const limit::check_request& r, Fn fn) {
 }
 
 std::optional<limit::check_result> memory_store::try_check(const limit::check_request& r) {
+    if (r.query) return query_now(r);
     limit::check_result out;
     locked(r, [&](limit::usec now) {
         const std::size_t n = std::min<std::size_t>(r.keys.size(), 8);
@@ -177,6 +178,45 @@ void memory_store::change_lease(const limit::check_request& r, limit::lease_chan
 
 boost::asio::awaitable<limit::check_result> memory_store::check(limit::check_request r) { co_return *try_check(r); }
 
+limit::check_result memory_store::query_now(const limit::check_request& r) {
+    limit::check_result out;
+    locked(r, [&](limit::usec now) {
+        const std::size_t n = std::min<std::size_t>(r.keys.size(), 8);
+        std::array<limit::key_state, 8> copies;
+        std::array<limit::key_request, 8> reqs;
+        for (std::size_t i = 0; i < n; ++i) {
+            const auto& s = stripes_[stripe_of(r.keys[i].id)];
+            const auto it = s.map.find({r.keys[i].id, r.keys[i].kind});
+            if (it != s.map.end() && it->second.state.expires > now) copies[i] = it->second.state;
+            reqs[i] = {&copies[i], r.keys[i].tiers};
+        }
+        out.verdict = limit::decide(std::span(reqs.data(), n), now, r.cost, false, r.lease);
+    });
+    return out;
+}
+
+void memory_store::reset_now(const limit::check_request& r) {
+    locked(r, [&](limit::usec) {
+        for (const auto& k : r.keys) {
+            auto& s = stripes_[stripe_of(k.id)];
+            const auto it = s.map.find({k.id, k.kind});
+            if (it == s.map.end()) continue;
+            auto& tiers = it->second.state.tiers;
+            std::erase_if(tiers, [&](const limit::tier_state& ts) {
+                return std::any_of(k.tiers.begin(), k.tiers.end(),
+                                   [&](const limit::tier& t) { return t.key == ts.key; });
+            });
+            if (tiers.empty()) erase(s, it->second);
+        }
+    });
+}
+
+boost::asio::awaitable<bool> memory_store::reset(limit::check_request r) {
+    reset_now(r);
+    const bool done = true;
+    co_return done;
+}
+
 void memory_store::take_back_now(const limit::check_request& r, const limit::receipt& rc, std::int64_t amount) {
     locked(r, [&](limit::usec now) {
         const std::size_t n = std::min<std::size_t>(r.keys.size(), 8);
@@ -214,10 +254,11 @@ std::vector<std::pair<identity::kind, std::uint64_t>> memory_store::kind_evictio
     std::vector<std::pair<identity::kind, std::uint64_t>> out;
     for (std::size_t i = 0; i < stripe_count; ++i) {
         std::lock_guard lock(stripes_[i].mu);
-        for (const auto& [kind, k] : stripes_[i].kinds) {
-            auto at = std::find_if(out.begin(), out.end(), [&](const auto& o) { return o.first == kind; });
+        for (const auto& entry : stripes_[i].kinds) {
+            const identity::kind kind = entry.first;
+            auto at = std::find_if(out.begin(), out.end(), [kind](const auto& o) { return o.first == kind; });
             if (at == out.end()) at = out.insert(out.end(), {kind, 0});
-            at->second += k.evictions;
+            at->second += entry.second.evictions;
         }
     }
     return out;

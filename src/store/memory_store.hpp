@@ -44,6 +44,9 @@ public:
     boost::asio::awaitable<bool> take_back(limit::check_request r, limit::receipt rc, std::int64_t amount) override;
     // take_back() without waiting (it never waits here): limit::take_back under the stripe locks.
     void take_back_now(const limit::check_request& r, const limit::receipt& rc, std::int64_t amount);
+    // r's tiers forgotten for r's identifiers (an identifier left with none is dropped).
+    boost::asio::awaitable<bool> reset(limit::check_request r) override;
+    void reset_now(const limit::check_request& r);
     std::size_t keys_held() const override;
     std::uint64_t evictions() const;
     // Identifiers evicted by their kind's max_values, per kind (kinds that had none are left
@@ -84,6 +87,8 @@ private:
     };
 
     static std::size_t stripe_of(const limit::digest& id);
+    // A check_request with query set: decide() on copies of the states, nothing written.
+    limit::check_result query_now(const limit::check_request& r);
     // Runs fn(now) holding the stripe locks of r's keys, taken in ascending order (so two
     // requests never deadlock), each distinct stripe once.
     template <class Fn>

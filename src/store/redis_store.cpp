@@ -1,6 +1,7 @@
 #include "store/redis_store.hpp"
 
 #include "base/text.hpp"
+#include "store/cluster_slots.hpp"
 #include "store/cluster_split.hpp"
 #include "store/redis_script.hpp"
 
@@ -83,8 +84,8 @@ limit::check_result redis_store::failed(const char* why) {
 
 std::optional<limit::check_result> redis_store::try_check(const limit::check_request& r) {
     try {
-        // A count_rejected denial must reach the store: it is counted there.
-        if (auto denied = r.count_rejected ? std::nullopt : cache_.find(r, redis_clock::now())) {
+        // A count_rejected denial must reach the store: it is counted there. A query reads it.
+        if (auto denied = r.count_rejected || r.query ? std::nullopt : cache_.find(r, redis_clock::now())) {
             counters_->deny_cache_hits.add();
             counters_->deny_cache_size.set(cache_.size());
             limit::check_result out;
@@ -103,6 +104,10 @@ std::optional<limit::check_result> redis_store::try_check(const limit::check_req
 
 boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_request r) {
     if (!transport_) co_return failed("redis store not started");
+    if (r.query) {
+        auto answer = co_await query(r);
+        co_return answer;
+    }
     try {
         const auto asked = redis_clock::now();
         const auto deadline = asked + conn_opts_.timeout;
@@ -190,6 +195,82 @@ void redis_store::change_lease(const limit::check_request& r, limit::lease_chang
         const limit::check_request one{r.keys.subspan(i, 1), r.cost, r.count_rejected, r.lease};
         send(one, transport_->slot_of(one, key_prefix_).value_or(0));
     }
+}
+
+boost::asio::awaitable<limit::check_result> redis_store::query(limit::check_request r) {
+    try {
+        const auto deadline = redis_clock::now() + conn_opts_.timeout;
+        limit::check_result out;
+        // One call for every identifier where one can hold them, else one per identifier.
+        const bool whole = transport_->slot_of(r, key_prefix_).has_value();
+        for (std::size_t i = 0; i < (whole ? 1 : r.keys.size()); ++i) {
+            limit::check_request part = r;
+            if (!whole) part.keys = r.keys.subspan(i, 1);
+            const auto slot = transport_->slot_of(part, key_prefix_).value_or(0);
+            auto command =
+                redis_script::format_call(sha_, key_prefix_, part, std::nullopt, redis_script::call_flag::query);
+            auto reply = co_await transport_->call(slot, std::move(command), true, deadline);
+            if (!reply.ok()) co_return failed(to_string(reply.failure));
+            auto answer = redis_script::parse_reply(reply.reply.get(), part);
+            if (answer.state != limit::check_result::status::ok) {
+                counters_->errors.add();
+                co_return answer;
+            }
+            out.verdict.allowed = out.verdict.allowed && answer.verdict.allowed;
+            out.verdict.retry_after = std::max(out.verdict.retry_after, answer.verdict.retry_after);
+            for (auto t : answer.verdict.tiers) {
+                if (!whole) t.key_index = i;
+                out.verdict.tiers.push_back(t);
+            }
+        }
+        co_return out;
+    } catch (const std::exception& e) {
+        spdlog::warn("redis store: {}", e.what());
+    }
+    co_return failed("redis store failure");
+}
+
+boost::asio::awaitable<bool> redis_store::reset(limit::check_request r) {
+    if (!transport_) co_return false;
+    try {
+        const auto deadline = redis_clock::now() + conn_opts_.timeout;
+        for (std::size_t i = 0; i < r.keys.size(); ++i) {
+            const limit::check_request one{r.keys.subspan(i, 1)};
+            const auto slot = transport_->slot_of(one, key_prefix_).value_or(0);
+            auto reply = co_await transport_->call(slot, redis_admin::format_reset(sha_, key_prefix_, r.keys[i]), true,
+                                                   deadline);
+            if (!reply.ok() || reply.reply->type != REDIS_REPLY_INTEGER) {
+                spdlog::warn("redis store: an identifier's tiers could not be reset ({})",
+                             reply.ok() ? "error reply" : to_string(reply.failure));
+                counters_->errors.add();
+                co_return false;
+            }
+        }
+        co_return true;
+    } catch (const std::exception& e) {
+        spdlog::warn("redis store: {}", e.what());
+    }
+    counters_->errors.add();
+    co_return false;
+}
+
+boost::asio::awaitable<std::optional<redis_admin::control_reply>> redis_store::control(std::vector<std::string> args) {
+    std::optional<redis_admin::control_reply> out;
+    if (!transport_) co_return out;
+    try {
+        const auto deadline = redis_clock::now() + conn_opts_.timeout;
+        const auto slot = cluster::key_slot(redis_admin::controls_key(key_prefix_));
+        auto reply =
+            co_await transport_->call(slot, redis_admin::format_control(sha_, key_prefix_, args), true, deadline);
+        if (reply.ok()) out = redis_admin::parse_control(reply.reply.get());
+        if (!out)
+            spdlog::warn("redis store: the admin's controls call failed ({})",
+                         reply.ok() ? "error reply" : to_string(reply.failure));
+    } catch (const std::exception& e) {
+        spdlog::warn("redis store: {}", e.what());
+    }
+    if (!out) counters_->errors.add();
+    co_return out;
 }
 
 }  // namespace sluice::store

@@ -17,6 +17,8 @@
 //  - take_back() answers by store.redis.timeout: one EVALSHA (mode undo) on one node, one per
 //    identifier on a Cluster (cluster_split), never resent once written; false when any
 //    failed (its outcome is then unknown). Checks that want a receipt join batches as others.
+//  - A query (check_request::query) asks Redis every time (no deny cache, no batch); reset()
+//    and control() (the admin's) answer by store.redis.timeout, never resent once written.
 //  - keys_held() is 0: Redis holds the identifiers (the deny cache's size is in
 //    counters().deny_cache_size).
 //
@@ -28,6 +30,7 @@
 #include "config/config.hpp"
 #include "limit/deny_cache.hpp"
 #include "limit/store.hpp"
+#include "store/redis_admin.hpp"
 #include "store/redis_options.hpp"
 #include "store/redis_transport.hpp"
 #include "store/turn_batcher.hpp"
@@ -70,6 +73,11 @@ public:
     // counts as an error.
     void change_lease(const limit::check_request& r, limit::lease_change c) override;
     boost::asio::awaitable<bool> take_back(limit::check_request r, limit::receipt rc, std::int64_t amount) override;
+    // One EVALSHA (mode reset) per identifier, each on its slot, by store.redis.timeout.
+    boost::asio::awaitable<bool> reset(limit::check_request r) override;
+    // The controls' HASH (redis_admin: blocks and overrides), the script's mode control with
+    // `args`, by store.redis.timeout; nullopt when it failed.
+    boost::asio::awaitable<std::optional<redis_admin::control_reply>> control(std::vector<std::string> args);
     std::size_t keys_held() const override { return 0; }
     void on_reload() override;
     bool ready() const override;
@@ -78,6 +86,9 @@ public:
 
 private:
     limit::check_result failed(const char* why);
+    // A check with query set: one EVALSHA with the flag query per slot (a Cluster: per
+    // identifier, the answers joined as one decision), never batched nor cached.
+    boost::asio::awaitable<limit::check_result> query(limit::check_request r);
     // One batch of turn_batcher: one EVALSHA (format_call or format_batch) to `slot`.
     boost::asio::awaitable<void> send_batch(std::uint16_t slot, turn_batcher::requests rs,
                                             std::vector<limit::check_result>& out, redis_clock::time_point deadline);

@@ -259,6 +259,26 @@ TEST_CASE("write_limited: 429 with Retry-After, the rate-limit fields, and {erro
     CHECK(r.msg.find("RateLimit") == r.msg.end());
 }
 
+TEST_CASE("write_blocked: 429 with the block's Retry-After and {error: blocked, policy, retry_after, message}") {
+    for (const auto close : {connection::keep_alive, connection::close, connection::keep_alive_http10}) {
+        std::string out;
+        sluice::http::write_blocked(out, "api", 600, close);
+        auto r = parse_response(out);
+        CHECK(r.consumed == out.size());
+        CHECK(r.msg.result() == bhttp::status::too_many_requests);
+        CHECK(r.msg[bhttp::field::content_type] == "application/json");
+        CHECK(r.msg[bhttp::field::retry_after] == "600");
+        CHECK(r.msg.find("RateLimit") == r.msg.end());
+        CHECK(r.msg[bhttp::field::content_length] == std::to_string(r.msg.body().size()));
+        check_connection(r, close);
+        const auto body = boost::json::parse(r.msg.body()).as_object();
+        CHECK(body.at("error").as_string() == "blocked");
+        CHECK(body.at("policy").as_string() == "api");
+        CHECK(body.at("retry_after").as_int64() == 600);
+        CHECK(!body.at("message").as_string().empty());
+    }
+}
+
 TEST_CASE("append_number writes decimal digits after what is there") {
     std::string out = "n=";
     sluice::http::append_number(out, 0);
@@ -278,11 +298,13 @@ TEST_CASE("the table of error answers in docs/operations.md lists exactly the (s
         CAPTURE(pair.second);
         CHECK_MESSAGE(rows.count(pair) == 1, "docs/operations.md's error table lacks this answer");
     }
-    // 429 rate_limited is written by write_limited, not from the table of failures.
+    // 429 rate_limited and 429 blocked are written by write_limited and write_blocked, not
+    // from the table of failures.
     for (const auto& pair : rows) {
         CAPTURE(pair.first);
         CAPTURE(pair.second);
-        const bool documented_elsewhere = pair.first == 429 && pair.second == "rate_limited";
+        const bool documented_elsewhere =
+            pair.first == 429 && (pair.second == "rate_limited" || pair.second == "blocked");
         CHECK_MESSAGE((in_code.count(pair) == 1 || documented_elsewhere),
                       "docs/operations.md lists an answer http::fail does not have");
     }

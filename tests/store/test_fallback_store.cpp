@@ -67,6 +67,10 @@ struct scripted_store final : limit::store {
         r.error = "redis not connected";
         return r;
     }
+    boost::asio::awaitable<bool> reset(limit::check_request) override {
+        const bool done = true;
+        co_return done;
+    }
 };
 
 struct fixture {

@@ -664,3 +664,109 @@ TEST_CASE("READONLY (the node is a replica now): that call gets the error and th
         conn->stop();
     });
 }
+
+TEST_CASE(
+    "redis_store: a query writes nothing, a reset forgets the tiers' fields and log ZSETs, and the controls' "
+    "HASH keeps a version") {
+    redis_server server(free_port());
+    asio::io_context ioc;
+    sluice::config::store_config cfg;
+    cfg.type = sluice::config::store_config::kind::redis;
+    cfg.redis_nodes = {{"127.0.0.1", server.port()}};
+    cfg.redis_timeout = 500ms;
+    cfg.redis_key_prefix = "t:";
+    sluice::store::redis_store store(cfg);
+
+    // A sliding tier (a head and an "|o" field once a bucket is older) and a log tier (a ZSET).
+    sluice::config::tier_config sc;
+    sc.kind = "ip";
+    sc.limit = 10;
+    sc.per = sluice::config::duration{2'000};
+    sc.precision = sluice::config::duration{200};
+    sc.algo = sluice::config::algorithm::sliding;
+    sluice::config::tier_config lc = sc;
+    lc.algo = sluice::config::algorithm::log;
+    lc.limit = 5;
+    std::vector<sluice::limit::tier> tiers{sluice::limit::tier::from(sc, "q/ip/sliding", "s"),
+                                           sluice::limit::tier::from(lc, "q/ip/log", "l")};
+    std::vector<sluice::limit::store_key> keys(1);
+    keys[0].kind = sluice::identity::kind::ip;
+    keys[0].id[0] = 7;
+    keys[0].tiers = tiers;
+    const sluice::limit::check_request req{keys, 1};
+    sluice::limit::check_request query{keys, 0};
+    query.query = true;
+    store.start(ioc.get_executor());
+
+    run(ioc, [&]() -> asio::awaitable<void> {
+        REQUIRE(co_await eventually([&] { return store.ready(); }, 2s));
+        sync_client c(server.port());
+        const std::string hash = "t:{ip:07000000000000000000000000000000}";
+        std::string zset = hash;  // appended, not hash + ...: GCC 12 -O2 warns -Wrestrict on that
+        zset += ":log:q/ip/log";
+        for (int i = 0; i < 2; ++i) REQUIRE((co_await store.check(req)).verdict.allowed);
+        co_await sleep_for(250ms);  // the next admission's bucket is a newer one: the first is older ("|o")
+        REQUIRE((co_await store.check(req)).verdict.allowed);
+        CHECK(c.command(cmd("HEXISTS", hash, "q/ip/sliding|o")) == "1");
+        CHECK(c.command(cmd("ZCARD", zset)) == "3");
+
+        // A query: the tiers as they stand, nothing written, never from the deny cache.
+        const auto before = c.command(cmd("HGET", hash, "q/ip/sliding"));
+        for (int i = 0; i < 3; ++i) {
+            CHECK_FALSE(store.try_check(query));
+            auto q = co_await store.check(query);
+            REQUIRE(q.state == sluice::limit::check_result::status::ok);
+            REQUIRE(q.verdict.tiers.size() == 2);
+            CHECK(q.verdict.tiers[0].remaining == 7);
+            CHECK(q.verdict.tiers[1].remaining == 2);
+        }
+        CHECK(c.command(cmd("HGET", hash, "q/ip/sliding")) == before);
+        CHECK(c.command(cmd("ZCARD", zset)) == "3");
+
+        // A reset: the fields of the tiers and the ZSET go, "@t" stays.
+        CHECK(co_await store.reset(req));
+        CHECK(c.command(cmd("HEXISTS", hash, "q/ip/sliding")) == "0");
+        CHECK(c.command(cmd("HEXISTS", hash, "q/ip/sliding|o")) == "0");
+        CHECK(c.command(cmd("HEXISTS", hash, "q/ip/log")) == "0");
+        CHECK(c.command(cmd("EXISTS", zset)) == "0");
+        CHECK(c.command(cmd("HEXISTS", hash, "@t")) == "1");
+        auto fresh = co_await store.check(query);
+        CHECK(fresh.verdict.tiers.at(0).remaining == 10);
+        CHECK(fresh.verdict.tiers.at(1).remaining == 5);
+
+        // The controls: set, read (whole when the version moved), del, prune (only a value
+        // still as read), touch.
+        auto read_all = co_await store.control(cmd("read", ""));
+        REQUIRE(read_all);
+        CHECK(read_all->version == 0);
+        CHECK(read_all->changed);
+        CHECK(read_all->entries.empty());
+        auto set = co_await store.control(cmd("set", "b:x", "1", "o:y", "2"));
+        REQUIRE(set);
+        CHECK(set->version == 1);
+        auto same = co_await store.control(cmd("read", "1"));
+        REQUIRE(same);
+        CHECK_FALSE(same->changed);
+        auto moved = co_await store.control(cmd("read", "0"));
+        REQUIRE(moved);
+        CHECK(moved->changed);
+        CHECK(moved->entries.size() == 2);
+        auto pruned = co_await store.control(cmd("prune", "b:x", "other", "o:y", "2"));
+        REQUIRE(pruned);
+        CHECK(pruned->version == 2);
+        CHECK(c.command(cmd("HGET", "t:{sluice:controls}", "b:x")) == "1");  // set again since: kept
+        CHECK(c.command(cmd("HEXISTS", "t:{sluice:controls}", "o:y")) == "0");
+        auto none = co_await store.control(cmd("del", "o:absent"));
+        REQUIRE(none);
+        CHECK(none->version == 2);
+        auto del = co_await store.control(cmd("del", "b:x"));
+        REQUIRE(del);
+        CHECK(del->version == 3);
+        auto touch = co_await store.control(cmd("touch"));
+        REQUIRE(touch);
+        CHECK(touch->version == 4);
+        auto bad = co_await store.control(cmd("set", "odd"));
+        CHECK_FALSE(bad);
+        store.stop();
+    });
+}
