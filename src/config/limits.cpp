@@ -237,7 +237,14 @@ struct deferred_entry {
 // refused, or which one holds would depend on their order.
 void named_once(std::vector<std::pair<std::string, std::string>>& seen, const std::string& text, const node_ref& v) {
     for (const auto& [t, path] : seen)
-        if (t == text) v.fail_at_key("the same kind as " + path + " (" + text + ")");
+        if (t == text) {
+            std::string why = "the same kind as ";
+            why += path;
+            why += " (";
+            why += text;
+            why += ')';
+            v.fail_at_key(why);
+        }
     seen.emplace_back(text, v.path());
 }
 
