@@ -386,5 +386,7 @@ routes:
         const auto r = f.get("/", {{"X-Tenant", "acme"}, {"X-API-Key", "k1"}});
         CHECK(r.status == 200);
         CHECK(remaining(r, "header:x-tenant-concurrency") == 0);
+        // The slot goes back just after the answer's last byte (as test_concurrency.cpp waits).
+        CHECK(eventually_metric(f.gw->admin_port, "sluice_concurrency_slots_held", 0) == 0);
     }
 }
