@@ -1,16 +1,12 @@
 // One caller under the operator's hand, through the real gateway binary: the admin token,
 // GET and DELETE /identities/<kind>/<value>, blocks and overrides, on the memory store, one
 // Redis shared by two gateways, and a 3-primary Redis Cluster.
+#include "cluster_support.hpp"
 #include "e2e.hpp"
 
 #include <boost/json.hpp>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
-#include <random>
 
 using namespace sluice::test;
 using namespace std::chrono;
@@ -474,76 +470,8 @@ TEST_CASE("identities: a gateway that starts on Redis applies the blocks already
     CHECK(b.get_status("10.7.0.1") == 429);  // from its first request
 }
 
-namespace {
-
-// A cluster of three primaries without replicas, on loopback ports (a node's cluster bus
-// listens 10000 higher), made with redis-cli --cluster create.
-struct three_primaries {
-    three_primaries() : dir(make_temp_dir()) {
-        for (int i = 0; i < 3; ++i) {
-            for (int attempt = 1;; ++attempt) {
-                const auto port = free_pair();
-                const auto p = std::to_string(port);
-                procs.push_back(std::make_unique<process>(std::vector<std::string>{
-                    "redis-server", "--port", p, "--bind", "127.0.0.1", "--cluster-enabled", "yes",
-                    "--cluster-config-file", dir + "/nodes-" + p + ".conf", "--cluster-node-timeout", "1000", "--dir",
-                    dir, "--save", "", "--appendonly", "no"}));
-                try {
-                    procs.back()->wait_for_line("Ready to accept connections");
-                    ports.push_back(port);
-                    break;
-                } catch (const std::runtime_error&) {
-                    procs.pop_back();
-                    if (attempt == 5) throw;
-                }
-            }
-        }
-        std::vector<std::string> create{"redis-cli", "--cluster", "create"};
-        for (auto port : ports) create.push_back("127.0.0.1:" + std::to_string(port));
-        create.push_back("--cluster-yes");
-        process p(create);
-        REQUIRE(p.wait_exit(seconds(60)).value_or(1) == 0);
-        REQUIRE(eventually(
-            [&] {
-                for (auto port : ports) {
-                    process info({"redis-cli", "-p", std::to_string(port), "CLUSTER", "INFO"});
-                    if (!info.wait_exit(seconds(10)) || info.output().find("cluster_state:ok") == std::string::npos)
-                        return false;
-                }
-                return true;
-            },
-            seconds(30)));
-    }
-    static bool can_bind(std::uint16_t port) {
-        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        a.sin_port = htons(port);
-        const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-        ::close(fd);
-        return ok;
-    }
-    // A port below the ephemeral range (no client socket of another test is given one there)
-    // whose bus port, 10000 higher, is free too; another test may still take it before
-    // redis-server binds it, which the caller retries.
-    static std::uint16_t free_pair() {
-        static std::mt19937 rng(std::random_device{}());
-        for (int i = 0; i < 1000; ++i) {
-            const auto p = static_cast<std::uint16_t>(std::uniform_int_distribution<int>(10000, 22767)(rng));
-            if (can_bind(p) && can_bind(static_cast<std::uint16_t>(p + 10000))) return p;
-        }
-        throw std::runtime_error("no free port pair for a cluster node");
-    }
-    std::string dir;
-    std::vector<std::uint16_t> ports;
-    std::vector<std::unique_ptr<process>> procs;
-};
-
-}  // namespace
-
 TEST_CASE("identities: on a 3-primary Cluster, GET and DELETE per identifier's slot, blocks and overrides") {
-    three_primaries c;
+    cluster_nodes c(3, 0);
     // Address and user: two identifiers, each in its own slot (one EVALSHA per identifier).
     const std::string policies = R"(
 clients:
