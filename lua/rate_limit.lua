@@ -83,7 +83,8 @@
 --   undo.lua         mode undo: an admission taken back (take_back)
 --   lease.lua        modes release and renew
 --   admin.lua        modes reset and control: the admin API's (DELETE /identities, blocks, overrides)
---   layout.lua       decode a call's layout: a single check, or a batch checked whole first
+--   layout.lua       decode a call's layout: a single check, or a batch checked whole first,
+--     tier_layout.lua  an identifier's tiers as laid out (also for mode undo)
 --   decide.lua       modes check and batch: each request decided in turn (decide()), with
 --     identifier.lua   an identifier's fields, clock and tiers (check_all)
 --     tier.lua         one tier (check_tier), with calendar.lua for month tiers

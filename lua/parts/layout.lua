@@ -82,23 +82,8 @@ if ARGV[2] == 'batch' then
                 known[h] = known[h] ~= nil
             end
             k = k + 1
-            for j = 1, n do
-                local t = a + 11 * j - 10  -- the tier's algorithm
-                local algo = ARGV[t]
-                if algo == 'l' then
-                    k = k + 1
-                elseif algo == 'f' or algo == 's' or algo == 'm' then
-                    if not (tonumber(ARGV[t + 3]) and ARGV[t + 3] + 0 > 0) then
-                        return redis.error_reply(ERR .. 'bad bucket')
-                    end
-                elseif algo == 'g' then
-                    if not (tonumber(ARGV[t + 6]) and ARGV[t + 6] + 0 > 0) then
-                        return redis.error_reply(ERR .. 'bad interval')
-                    end
-                elseif algo ~= 'c' then
-                    return redis.error_reply(ERR .. 'bad algorithm')
-                end
-            end
+            local tn = a
+            -- #include tier_layout.lua
             a = a + 11 * n + 1
         end
         if f ~= '=' and f ~= '~' then

@@ -37,23 +37,8 @@ if ARGV[2] == 'undo' then
             return redis.error_reply(ERR .. 'bad tier count')
         end
         k = k + 1
-        for j = 1, n do
-            local b = a + 11 * j - 10  -- the tier's values are b + 1 .. b + 11
-            local algo = ARGV[b + 1]
-            if algo == 'l' then
-                k = k + 1
-            elseif algo == 'f' or algo == 's' or algo == 'm' then
-                if not (tonumber(ARGV[b + 4]) and ARGV[b + 4] + 0 > 0) then
-                    return redis.error_reply(ERR .. 'bad bucket')
-                end
-            elseif algo == 'g' then
-                if not tonumber(ARGV[b + 7]) then
-                    return redis.error_reply(ERR .. 'bad interval')
-                end
-            elseif algo ~= 'c' then
-                return redis.error_reply(ERR .. 'bad algorithm')
-            end
-        end
+        local tn = a + 1
+        -- #include tier_layout.lua
         a = a + 2 + 11 * n
     end
     if a - 1 ~= #ARGV or k - 1 ~= #KEYS then
