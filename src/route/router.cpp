@@ -72,6 +72,7 @@ router::router(const config::config& c, const std::vector<limit::policy>& polici
         r.cost = rc.cost;
         r.cost_header = rc.cost_header;
         r.max_cost = rc.max_cost;
+        r.charge = rc.charge;
         if (const auto* u = c.find_upstream(rc.upstream)) r.upstream = static_cast<std::size_t>(u - c.upstreams.data());
         for (const auto& p : policies)
             if (p.name == rc.policy) r.limits = &p;
