@@ -78,6 +78,10 @@ router::router(const config::config& c, const std::vector<limit::policy>& polici
             if (p.name == rc.policy) r.limits = &p;
         routes_.push_back(std::move(r));
     }
+    for (auto& r : routes_)
+        for (const auto& other : routes_)
+            if (r.limits && other.limits == r.limits && (other.charge || !other.cost_header.empty()))
+                r.policy_settles = true;
 }
 
 const route* router::match(std::string_view method, std::string_view host_header, const request_target& t) const {

@@ -26,8 +26,11 @@ struct route {
     std::string cost_header;                      // the upstream reports the request's whole cost here ("" = none)
     std::int64_t max_cost = 0;                    // the most a report is taken as
     std::optional<config::charge_config> charge;  // unset: every admitted request is charged
-    std::size_t metric_slot = 0;                  // index for per-route metrics
-    std::size_t upstream = 0;                     // its pool: an index into config::upstreams
+    // Some route under the same policy settles its charge at the response (charge or
+    // cost_header): the policy's counts may be given back, so its denials are not cached.
+    bool policy_settles = false;
+    std::size_t metric_slot = 0;  // index for per-route metrics
+    std::size_t upstream = 0;     // its pool: an index into config::upstreams
 };
 
 class router {

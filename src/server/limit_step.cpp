@@ -23,6 +23,7 @@ awaitable<void> limit_step::decide(std::shared_ptr<const snapshot> snap, const r
     const bool settles = r->charge || !r->cost_header.empty();
     limit::check_request asked = admission_.request();
     asked.want_receipt = settles;
+    asked.uncached = r->policy_settles;
     const auto start = clock::now();
     auto result = w_.store.try_check(asked);
     if (!result) result = co_await w_.store.check(asked);

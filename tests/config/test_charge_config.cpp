@@ -26,8 +26,8 @@ std::optional<cfg::charge_config> charge_of(const std::string& keys) {
 }
 
 // The error of route_yaml(keys), expected at `needle` on line 4 with `path` and `reason`.
-void check_error(const std::string& keys, const std::string& needle, const std::string& path,
-                 const std::string& reason, const std::string& policy = "p") {
+void check_error(const std::string& keys, const std::string& needle, const std::string& path, const std::string& reason,
+                 const std::string& policy = "p") {
     const auto yaml = route_yaml(keys, policy);
     CAPTURE(yaml);
     const auto line = yaml.substr(yaml.rfind('\n', yaml.size() - 2) + 1);
@@ -38,9 +38,7 @@ void check_error(const std::string& keys, const std::string& needle, const std::
 
 }  // namespace
 
-TEST_CASE("routes[].charge: unset charges every admitted request") {
-    CHECK_FALSE(charge_of("cost: 1").has_value());
-}
+TEST_CASE("routes[].charge: unset charges every admitted request") { CHECK_FALSE(charge_of("cost: 1").has_value()); }
 
 TEST_CASE("routes[].charge.on_status: charged only with these statuses") {
     const auto c = charge_of("charge: { on_status: [401, 403] }");
@@ -79,8 +77,8 @@ TEST_CASE("routes[].charge: both keys, refund_on winning over on_status") {
 }
 
 TEST_CASE("routes[].charge: with cost_header, and with a policy that has plans") {
-    const auto c = cfg::load_string(route_yaml("cost_header: X-Cost, max_cost: 5, charge: { refund_on: 5xx }"),
-                                    "inline.yaml");
+    const auto c =
+        cfg::load_string(route_yaml("cost_header: X-Cost, max_cost: 5, charge: { refund_on: 5xx }"), "inline.yaml");
     CHECK(c->routes.front().cost_header == "X-Cost");
     CHECK(c->routes.front().charge->refund_on.contains(500));
 }

@@ -27,6 +27,7 @@ struct recording_store : limit::store {
         std::uint64_t lease;
         std::size_t keys;
         bool want_receipt;
+        bool uncached;
     };
     struct taken_back {
         std::int64_t cost;  // of the request given
@@ -41,7 +42,7 @@ struct recording_store : limit::store {
     std::vector<std::pair<limit::lease_change, std::uint64_t>> changes;
 
     std::optional<limit::check_result> try_check(const limit::check_request& r) override {
-        checks.push_back({r.cost, r.count_rejected, r.lease, r.keys.size(), r.want_receipt});
+        checks.push_back({r.cost, r.count_rejected, r.lease, r.keys.size(), r.want_receipt, r.uncached});
         limit::check_result res;
         if (failing) {
             res.state = limit::check_result::status::error;
@@ -180,6 +181,7 @@ TEST_CASE("limit_step: a route that does not settle asks no receipt, and settle(
     REQUIRE(out.decision == decision_kind::allowed);
     REQUIRE(t.store.checks.size() == 1);
     CHECK_FALSE(t.store.checks[0].want_receipt);
+    CHECK_FALSE(t.store.checks[0].uncached);
     CHECK_FALSE(step.settling());
     CHECK(step.charged() == -1);
     t.run(step.settle(0));
@@ -193,12 +195,14 @@ TEST_CASE("limit_step: charge reserves at admission, and settle(0) gives the who
     rig t("{ ip: [ { limit: 10, per: 1m } ] }");
     t.limited.cost = 3;
     t.limited.charge = sluice::config::charge_config{sluice::config::status_set{{{401, 401}}}, {}};
+    t.limited.policy_settles = true;  // as the router sets it
     sluice::server::limit_step step(*t.w);
     limit::outcome out;
     t.run(step.decide(t.w->snap, &t.limited, at("192.0.2.7"), out));
     REQUIRE(out.decision == decision_kind::allowed);
     REQUIRE(t.store.checks.size() == 1);
     CHECK(t.store.checks[0].want_receipt);
+    CHECK(t.store.checks[0].uncached);  // its denials may be lifted: never from a deny cache
     CHECK(t.store.checks[0].cost == 3);
     CHECK(step.settling());
     CHECK(step.charged() == 3);
