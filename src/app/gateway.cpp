@@ -32,6 +32,15 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
+// sluice_store_kind_evictions_total from the memory store's counts, kinds by their text.
+void add_kind_evictions(metrics::registry& m, const store::memory_store& mem) {
+    m.add_kind_evictions([&mem] {
+        std::vector<std::pair<std::string, std::uint64_t>> out;
+        for (const auto& [kind, n] : mem.kind_evictions()) out.emplace_back(identity::to_string(kind), n);
+        return out;
+    });
+}
+
 // Each proxied request holds two descriptors; the soft limit is often 1024.
 void raise_fd_limit() {
     rlimit rl{};
@@ -172,6 +181,7 @@ bool gateway::start_store() {
         memory_ = std::make_unique<store::memory_store>(cfg_->store.memory_max_keys);
         auto* mem = memory_.get();
         metrics_.set_store_gauges([mem] { return mem->keys_held(); }, [mem] { return mem->evictions(); });
+        add_kind_evictions(metrics_, *mem);
         return true;
     }
     store::redis_store_options redis_options;
@@ -189,6 +199,7 @@ bool gateway::start_store() {
         memory_ = std::make_unique<store::memory_store>(cfg_->store.memory_max_keys);
         auto* mem = memory_.get();
         metrics_.set_store_gauges([mem] { return mem->keys_held(); }, [mem] { return mem->evictions(); });
+        add_kind_evictions(metrics_, *mem);
         fallback_state_ = std::make_unique<store::fallback_state>(cfg_->store.fleet_size);
         std::vector<const metrics::fallback_counters*> counters;
         for (auto& r : redis_) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "base/units.hpp"
+#include "config/kind_spec.hpp"
 
 #include <boost/asio/ip/address.hpp>
 
@@ -336,7 +337,7 @@ std::string_view to_string(algorithm a);  // "fixed", "sliding", "gcra", "log", 
 // One tier as configured, its defaults settled. Its id and header name are given by
 // limit/policy (compile_policies).
 struct tier_config {
-    std::string kind;  // "ip" or "user"
+    std::string kind;  // "ip", "user", or the canonical text of the kind (kind_spec::text)
     std::int64_t limit = 0;
     duration per{0};  // per: month: 31 days (the longest month), with `month` set; concurrency: the lease
     algorithm algo = algorithm::sliding;
@@ -359,13 +360,47 @@ inline bool shares_counter(const tier_config& a, const tier_config& b) {
            a.month == b.month && a.window_offset == b.window_offset;
 }
 
+// What a request whose value of a kind is missing gets: skip leaves the kind's tiers out,
+// refuse answers 400.
+enum class on_missing { skip, refuse };
+
+// A policy limits a request by at most this many identifiers (ip, user and other kinds
+// together): one store request carries them all.
+inline constexpr std::size_t max_policy_kinds = 8;
+// policies.<name>.max_values.<kind>: its default and bounds.
+inline constexpr std::uint64_t default_max_values = 10'000;
+inline constexpr std::uint64_t min_max_values = 64;
+inline constexpr std::uint64_t max_max_values = 100'000'000;
+
+// A kind limited by its own values' number in the memory store (max_values): one whose
+// values the caller chooses, every kind but ip, user and route (ip and user are bounded by
+// store.memory.max_keys alone; route has one value per route).
+inline bool bounded_kind(const kind_spec& k) {
+    return k.composite() || (k.parts[0].what != part_kind::ip && k.parts[0].what != part_kind::user &&
+                             k.parts[0].what != part_kind::route);
+}
+
+// policies.<name>.<kind>: the tiers of one kind other than ip and user.
+struct kind_tiers_config {
+    kind_spec spec;
+    std::vector<tier_config> tiers;  // each with kind == spec.text; non-empty
+    on_missing missing = on_missing::skip;
+    std::uint64_t max_values = default_max_values;  // bounded_kind(spec) only
+    std::string at;    // where its tiers were written: "FILE:LINE:COLUMN: policies.api.header:X-Tenant"
+    std::string path;  // its key path: "policies.api.header:X-Tenant"
+
+    bool operator==(const kind_tiers_config&) const = default;
+};
+
 struct policy_config {
     std::string name;
     bool shadow = false;
     std::vector<tier_config> ip, user;
-    bool user_by_plan = false;    // `user: plan`: the user tiers are the caller's plan's (`user` is empty)
-    std::string user_at;          // where `user: plan` was written
-    bool count_rejected = false;  // penalty mode: refused requests count too (no log tiers)
+    bool user_by_plan = false;             // `user: plan`: the user tiers are the caller's plan's (`user` is empty)
+    std::string user_at;                   // where `user: plan` was written
+    bool count_rejected = false;           // penalty mode: refused requests count too (no log tiers)
+    std::vector<kind_tiers_config> kinds;  // every other kind, in file order
+    on_missing user_missing = on_missing::skip;  // on_missing.user: a request without credentials
 
     bool operator==(const policy_config&) const = default;
 };

@@ -196,32 +196,115 @@ bool has_log_tier(const std::vector<tier_config>& tiers) {
     return std::any_of(tiers.begin(), tiers.end(), [](const tier_config& t) { return t.algo == algorithm::log; });
 }
 
+// policies.<name>.<kind>: a kind other than ip and user, and its tiers.
+void read_kind(const node_ref& v, const std::string& key, policy_config& p) {
+    if (v.describing()) {
+        read_tiers(v, key);
+        return;
+    }
+    auto parsed = parse_kind_spec(key);
+    if (!parsed.ok()) v.fail_at_key(parsed.error);
+    kind_spec& spec = parsed.spec;
+    for (const auto& k : p.kinds) {
+        if (k.spec.text == spec.text) v.fail_at_key("the same kind as " + k.path + " (" + spec.text + ")");
+    }
+    kind_tiers_config k;
+    k.at = v.where();
+    k.path = v.path();
+    k.tiers = read_tiers(v, spec.text);
+    if (k.tiers.empty()) v.fail(kind_without_tiers);
+    k.spec = std::move(spec);
+    p.kinds.push_back(std::move(k));
+}
+
+// The kind a key of on_missing or max_values names: one the policy limits by.
+const kind_spec* limited_kind(const policy_config& p, const node_ref& v, const std::string& key) {
+    if (key == "ip" || key == "user") return nullptr;
+    auto parsed = parse_kind_spec(key);
+    if (!parsed.ok()) v.fail_at_key(parsed.error);
+    for (const auto& k : p.kinds)
+        if (k.spec.text == parsed.spec.text) return &k.spec;
+    v.fail_at_key("the policy has no tiers for " + parsed.spec.text);
+}
+
+// Read once the whole policy is: the kinds they name may come after them.
+struct deferred_entry {
+    std::string key;
+    node_ref value;
+};
+
+void settle_on_missing(policy_config& p, const std::vector<deferred_entry>& entries) {
+    for (const auto& [key, v] : entries) {
+        const auto choice = static_cast<on_missing>(schema::read_choice_index(v, {"skip", "refuse"}));
+        if (key == "ip") v.fail_at_key(ip_never_missing);
+        if (key == "user") {
+            if (p.user.empty() && !p.user_by_plan) v.fail_at_key("the policy has no tiers for user");
+            p.user_missing = choice;
+            continue;
+        }
+        const kind_spec* spec = limited_kind(p, v, key);
+        for (auto& k : p.kinds)
+            if (&k.spec == spec) k.missing = choice;
+    }
+}
+
+void settle_max_values(policy_config& p, const std::vector<deferred_entry>& entries) {
+    for (const auto& [key, v] : entries) {
+        const std::uint64_t n = schema::read_uint(v, min_max_values, max_max_values);
+        const kind_spec* spec = limited_kind(p, v, key);
+        if (spec == nullptr || !bounded_kind(*spec)) v.fail_at_key(max_values_unbounded_kind);
+        for (auto& k : p.kinds)
+            if (&k.spec == spec) k.max_values = n;
+    }
+}
+
 policy_config read_policy(const node_ref& n, const std::string& name) {
     policy_config p;
     std::optional<node_ref> count_rejected_at;
+    std::vector<deferred_entry> missing, bounds;
     p.name = name;
-    read_mapping(n, {
-                        {"shadow", [&](const node_ref& v) { p.shadow = schema::read_bool(v); }},
-                        {"count_rejected",
-                         [&](const node_ref& v) {
-                             p.count_rejected = schema::read_bool(v);
-                             count_rejected_at = v;
-                         }},
-                        {"ip", [&](const node_ref& v) { p.ip = read_tiers(v, "ip"); }},
-                        {"user",
-                         [&](const node_ref& v) {
-                             if (v.node().IsScalar() && v.node().Scalar() == "plan") {
-                                 p.user_by_plan = true;
-                                 p.user_at = v.where();
-                             } else {
-                                 p.user = read_tiers(v, "user");
-                             }
-                         }},
-                    });
-    if (p.ip.empty() && p.user.empty() && !p.user_by_plan) n.fail(policy_without_tiers);
-    if (p.count_rejected && (has_log_tier(p.ip) || has_log_tier(p.user))) {
-        count_rejected_at->fail(count_rejected_with_log);
+    const auto deferred = [](std::vector<deferred_entry>& into) {
+        return [&into](const node_ref& v) {
+            schema::read_entries(
+                v,
+                [&](const std::string& key, const node_ref& e) {
+                    into.push_back({key, e});
+                },
+                "kind");
+        };
+    };
+    read_mapping(n,
+                 {
+                     {"shadow", [&](const node_ref& v) { p.shadow = schema::read_bool(v); }},
+                     {"count_rejected",
+                      [&](const node_ref& v) {
+                          p.count_rejected = schema::read_bool(v);
+                          count_rejected_at = v;
+                      }},
+                     {"ip", [&](const node_ref& v) { p.ip = read_tiers(v, "ip"); }},
+                     {"user",
+                      [&](const node_ref& v) {
+                          if (v.node().IsScalar() && v.node().Scalar() == "plan") {
+                              p.user_by_plan = true;
+                              p.user_at = v.where();
+                          } else {
+                              p.user = read_tiers(v, "user");
+                          }
+                      }},
+                     {"on_missing", deferred(missing)},
+                     {"max_values", deferred(bounds)},
+                 },
+                 "kind", [&](const std::string& key, const node_ref& v) { read_kind(v, key, p); });
+    if (p.ip.empty() && p.user.empty() && !p.user_by_plan && p.kinds.empty()) n.fail(policy_without_tiers);
+    const std::size_t kinds = p.kinds.size() + (p.ip.empty() ? 0 : 1) + (p.user.empty() && !p.user_by_plan ? 0 : 1);
+    if (kinds > max_policy_kinds) n.fail(too_many_kinds);
+    if (p.count_rejected) {
+        bool log = has_log_tier(p.ip) || has_log_tier(p.user);
+        for (const auto& k : p.kinds) log = log || has_log_tier(k.tiers);
+        if (log) count_rejected_at->fail(count_rejected_with_log);
     }
+    settle_on_missing(p, missing);
+    settle_max_values(p, bounds);
     return p;
 }
 
@@ -257,6 +340,11 @@ void check_plans(const config& c) {
         for (const auto& e : c.clients.api_keys->keys) known(e.plan, e.plan_at);
     }
     for (const auto& p : c.policies) {
+        for (const auto& k : p.kinds) {
+            const bool claims = std::any_of(k.spec.parts.begin(), k.spec.parts.end(),
+                                            [](const kind_part& part) { return part.what == part_kind::claim; });
+            if (claims && !c.clients.jwt) throw config_error(k.at + ": " + std::string(claim_needs_jwt));
+        }
         if (p.user_by_plan && c.plans.empty())
             throw config_error(p.user_at + ": " + std::string(plan_policy_needs_plans));
         if (p.user_by_plan && !has_user_source)

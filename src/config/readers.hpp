@@ -98,7 +98,16 @@ inline constexpr std::string_view plan_needs_user_source =
     "plans apply to users: set clients.user.api_key_header or clients.user.jwt";
 inline constexpr std::string_view cost_header_framing =
     "must not be a field that frames the message (it is never relayed)";
-inline constexpr std::string_view policy_without_tiers = "policy has no tiers, expected ip or user";
+inline constexpr std::string_view policy_without_tiers =
+    "policy has no tiers, expected ip, user, route, header:<name>, claim:<name> or query:<name>";
+inline constexpr std::string_view kind_without_tiers = "expected a list of at least one tier";
+inline constexpr std::string_view too_many_kinds =
+    "a policy limits by at most 8 kinds, ip and user included (one store request carries them all)";
+inline constexpr std::string_view claim_needs_jwt =
+    "claim:<name> needs clients.user.jwt (claims are read from the verified token)";
+inline constexpr std::string_view ip_never_missing = "a request always has an address: ip is never missing";
+inline constexpr std::string_view max_values_unbounded_kind =
+    "applies to kinds whose values the caller chooses (not ip, user or route: store.memory.max_keys bounds them)";
 inline constexpr std::string_view plan_without_tiers = "plan has no tiers, expected user: [ ... ]";
 inline constexpr std::string_view plan_policy_needs_plans = "user: plan needs plans (plans.<name>.user)";
 inline constexpr std::string_view per_too_large = "must be at most 8784h (366 days)";

@@ -117,7 +117,7 @@ std::string cost_exceeds(std::int64_t cost, std::string_view what, std::int64_t 
     return s.str();
 }
 
-// `where`: the tiers' place in the file, "policies.api.ip" or "plans.pro.user".
+// `where`: the tiers' place in the file, "policies.api.ip", "policies.api.header:X-Tenant" or "plans.pro.user".
 void check_cost(const node_ref& at, std::int64_t cost, const std::vector<tier_config>& tiers,
                 const std::string& where) {
     for (std::size_t i = 0; i < tiers.size(); ++i) {
@@ -132,6 +132,7 @@ void check_cost(const node_ref& at, std::int64_t cost, const std::vector<tier_co
 void check_cost_fits(const config& c, const node_ref& at, std::int64_t cost, const policy_config& p) {
     check_cost(at, cost, p.ip, "policies." + p.name + ".ip");
     check_cost(at, cost, p.user, "policies." + p.name + ".user");
+    for (const auto& k : p.kinds) check_cost(at, cost, k.tiers, k.path);
     if (!p.user_by_plan) return;
     for (const auto& plan : c.plans) check_cost(at, cost, plan.user, "plans." + plan.name + ".user");
 }

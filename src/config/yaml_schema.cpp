@@ -153,16 +153,20 @@ const std::string& node_ref::scalar(std::string_view expected) const {
 
 namespace {
 
+// Describes one value: records its path, then what its reader reads.
+void describe_value(const node_ref& map, std::string_view key, const std::function<void(const node_ref&)>& read,
+                    keep_fn restart_only = nullptr) {
+    map.described().push_back({map.path_of(key), restart_only});
+    try {
+        read(map.described_child(key));
+    } catch (const describe_stop&) {
+    }
+}
+
 // Lists the fields, describes each value, then stops the reader: what follows its table
 // checks values that describing has not read.
 [[noreturn]] void describe_mapping(const node_ref& map, std::initializer_list<field> fields) {
-    for (const field& f : fields) {
-        map.described().push_back({map.path_of(f.key), f.restart_only});
-        try {
-            f.read(map.described_child(f.key));
-        } catch (const describe_stop&) {
-        }
-    }
+    for (const field& f : fields) describe_value(map, f.key, f.read, f.restart_only);
     throw describe_stop{};
 }
 
@@ -176,8 +180,28 @@ void read_mapping(const node_ref& map, std::initializer_list<field> fields) {
     check_missing(map, fields, seen);
 }
 
-void read_entries(const node_ref& map, const std::function<void(const std::string&, const node_ref&)>& read) {
-    if (map.describing()) return read("name", map.described_child("<name>"));
+void read_mapping(const node_ref& map, std::initializer_list<field> fields, std::string_view other_name,
+                  const std::function<void(const std::string&, const node_ref&)>& other) {
+    if (map.describing()) {
+        for (const field& f : fields) describe_value(map, f.key, f.read, f.restart_only);
+        const std::string placeholder = '<' + std::string(other_name) + '>';
+        describe_value(map, placeholder, [&](const node_ref& v) { other(std::string(other_name), v); });
+        throw describe_stop{};
+    }
+    std::vector<bool> seen(fields.size(), false);
+    std::set<std::string> others;
+    for_each_entry(map, [&](const YAML::Node& key, const YAML::Node& value) {
+        if (find_field(fields, key.Scalar()) != nullptr) return read_entry(map, fields, seen, key, value);
+        if (!others.insert(key.Scalar()).second) map.fail_at(key.Mark(), map.path_of(key.Scalar()), duplicate_key);
+        other(key.Scalar(), map.child(key, value));
+    });
+    check_missing(map, fields, seen);
+}
+
+void read_entries(const node_ref& map, const std::function<void(const std::string&, const node_ref&)>& read,
+                  std::string_view placeholder) {
+    if (map.describing())
+        return read(std::string(placeholder), map.described_child('<' + std::string(placeholder) + '>'));
     std::set<std::string> seen;
     for_each_entry(map, [&](const YAML::Node& key, const YAML::Node& value) {
         if (!seen.insert(key.Scalar()).second) {

@@ -122,10 +122,16 @@ std::vector<described_key> describe(const std::function<void(const node_ref&)>& 
 // (`server:` with nothing under it) counts as an empty mapping.
 void read_mapping(const node_ref& map, std::initializer_list<field> fields);
 
+// As read_mapping, but a key not in `fields` goes to `other` (the key, its value) instead of
+// being refused. Described as the fields, then one entry at "KEY.<other_name>".
+void read_mapping(const node_ref& map, std::initializer_list<field> fields, std::string_view other_name,
+                  const std::function<void(const std::string&, const node_ref&)>& other);
+
 // Reads a mapping whose keys are names chosen by the user, in document order: `read` gets
 // each key and its value. Keys must be plain and unique. An empty value has no entries.
-// Described as one entry named "name" at the path "KEY.<name>".
-void read_entries(const node_ref& map, const std::function<void(const std::string&, const node_ref&)>& read);
+// Described as one entry named `placeholder` at the path "KEY.<placeholder>".
+void read_entries(const node_ref& map, const std::function<void(const std::string&, const node_ref&)>& read,
+                  std::string_view placeholder = "name");
 
 // Reads a sequence item by item, in order; an empty value counts as an empty list.
 // Fails with "expected a list" when the value is something else. Returns the item count.

@@ -35,6 +35,8 @@ inline constexpr failure bad_target{400, "bad_request", "invalid request target"
 inline constexpr failure bad_body{400, "bad_request", "malformed request body"};
 inline constexpr failure unauthorized{401, "unauthorized", "invalid credentials"};
 inline constexpr failure forbidden{403, "forbidden", "the caller's plan has no limits configured"};
+inline constexpr failure missing_identifier{400, "missing_identifier",
+                                            "the request lacks a value its route's policy limits by"};
 inline constexpr failure no_route{404, "not_found", "no route matches the request"};
 inline constexpr failure connect_refused{405, "method_not_allowed", "CONNECT is not supported"};
 inline constexpr failure bad_method{400, "bad_request", "methods are case-sensitive: write it in upper case"};

@@ -9,6 +9,7 @@
 #include "config/config.hpp"
 #include "identity/address.hpp"
 #include "identity/kind.hpp"
+#include "identity/kind_spec.hpp"
 #include "identity/user.hpp"
 
 #include <optional>
@@ -20,11 +21,13 @@ namespace sluice::identity {
 
 // The client settings of one config, compiled once.
 struct clients {
-    explicit clients(const config::clients_config& c);
+    // `policies`: the config's, for the header fields, claims and query parameters they limit by.
+    explicit clients(const config::clients_config& c, const std::vector<config::policy_config>& policies = {});
 
     const config::clients_config& cfg;  // owned by the config snapshot
     cidr_set trusted, allow;
     std::optional<user_resolver> users;  // absent when no user source is configured
+    kind_names names;                    // what identify() reads for header:, claim: and query: kinds
 };
 
 // The caller of one request, as the identify step found it.
@@ -38,11 +41,12 @@ struct caller {
     // request's route is limited and the client is not allow-listed.
     std::string user;
     std::string plan;
-    // Room for the kinds to come; nothing fills them yet: a verified client certificate's
-    // chosen name, configured headers' values and JWT claims, each as (name, value).
+    // Room for a kind to come; nothing fills it yet: a verified client certificate's chosen name.
     std::string certificate;
-    std::vector<std::pair<std::string, std::string>> headers;
-    std::vector<std::pair<std::string, std::string>> claims;
+    // The values of the header fields, JWT claims and query parameters the policies limit by,
+    // one per name of clients::names in its order; nullopt where the request has none. Filled
+    // as `user` is: only for a limited route and a client not allow-listed (else empty).
+    std::vector<std::optional<std::string>> headers, claims, queries;
 };
 
 }  // namespace sluice::identity

@@ -1,7 +1,12 @@
 #include "identity/identify.hpp"
 
-#include <boost/beast/core/string.hpp>
+#include "base/text.hpp"
 
+#include <boost/beast/core/string.hpp>
+#include <boost/url/params_view.hpp>
+#include <boost/url/parse_query.hpp>
+
+#include <algorithm>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -34,17 +39,62 @@ void identify_client(const clients& c, const http::message_head& req, const addr
     out.allow_listed = c.allow.contains(out.client);
 }
 
+// header: kinds: each configured field's first occurrence, without its surrounding blanks;
+// an empty or blank value is none.
+void read_headers(const kind_names& names, const http::message_head& req, caller& out) {
+    out.headers.assign(names.headers.size(), std::nullopt);
+    for (const auto& f : req.fields()) {
+        const std::string_view name = req.name(f);
+        const auto it = std::find_if(names.headers.begin(), names.headers.end(),
+                                     [&](const std::string& n) { return base::iequals(n, name); });
+        if (it == names.headers.end()) continue;
+        auto& slot = out.headers[static_cast<std::size_t>(it - names.headers.begin())];
+        if (slot) continue;  // the first occurrence counts
+        const std::string_view v = base::trim(req.value(f));
+        slot.emplace(v);
+    }
+    for (auto& v : out.headers)
+        if (v && v->empty()) v.reset();
+}
+
+// query: kinds: each configured parameter's first occurrence, percent-decoded ('+' as a
+// space, as forms write it); a parameter without a value, or an empty one, is none. A query
+// that does not parse gives none.
+void read_query(const kind_names& names, std::string_view target, caller& out) {
+    out.queries.assign(names.queries.size(), std::nullopt);
+    const auto q = target.find('?');
+    if (q == std::string_view::npos) return;
+    std::string_view rest = target.substr(q + 1);
+    // A string of its own: Boost 1.81's parse_query() reads its argument as a C string (up
+    // to a NUL), past the end of a view into the head.
+    const std::string query(rest.substr(0, rest.find('#')));
+    if (!boost::urls::parse_query(query)) return;
+    boost::urls::encoding_opts plus_is_space;
+    plus_is_space.space_as_plus = true;
+    for (const auto& param : boost::urls::params_view(query, plus_is_space)) {
+        const auto it = std::lower_bound(names.queries.begin(), names.queries.end(), param.key);
+        if (it == names.queries.end() || *it != param.key) continue;
+        auto& slot = out.queries[static_cast<std::size_t>(it - names.queries.begin())];
+        if (!slot) slot.emplace(param.value);
+    }
+    for (auto& v : out.queries)
+        if (v && v->empty()) v.reset();
+}
+
 }  // namespace
 
 result identify(const clients& c, const http::message_head& req, const address& peer, bool wants_user,
                 std::int64_t now_unix_seconds, std::string_view certificate) {
     result r;
     identify_client(c, req, peer, r.who);
-    if (!wants_user || r.who.allow_listed || !c.users) return r;
+    if (!wants_user || r.who.allow_listed) return r;
+    if (!c.names.headers.empty()) read_headers(c.names, req, r.who);
+    if (!c.names.queries.empty()) read_query(c.names, req.target(), r.who);
+    if (!c.users) return r;
     const user_resolver& users = *c.users;
     auto key = users.api_key_header().empty() ? std::nullopt : field(req, users.api_key_header());
     auto jwt = users.jwt_header() ? field(req, *users.jwt_header()) : std::nullopt;
-    auto user = users.resolve(key.value_or(""), jwt, now_unix_seconds, certificate);
+    auto user = users.resolve(key.value_or(""), jwt, now_unix_seconds, certificate, c.names.claims);
     switch (user.status) {
         case user_result::status::none: break;
         case user_result::status::invalid:
@@ -53,6 +103,7 @@ result identify(const clients& c, const http::message_head& req, const address& 
             break;
         case user_result::status::ok:
             r.who.user = std::move(user.id);
+            r.who.claims = std::move(user.claims);
             if (user.plan.empty())
                 r.who.plan = c.cfg.default_plan;
             else

@@ -88,6 +88,15 @@ std::optional<double> numeric_date(const boost::json::value& v) {
     return std::nullopt;
 }
 
+// A claim naming an identifier: a non-empty string as is, an integer as decimal text;
+// anything else (empty, null, a boolean, a fraction, an array, an object) → nullopt.
+std::optional<std::string> claim_text(const boost::json::value& v) {
+    if (v.is_string() && !v.get_string().empty()) return std::string(v.get_string().data(), v.get_string().size());
+    if (v.is_int64()) return std::to_string(v.get_int64());
+    if (v.is_uint64()) return std::to_string(v.get_uint64());
+    return std::nullopt;
+}
+
 struct jwt_deleter {
     void operator()(jwt_t* j) const { jwt_free(j); }
 };
@@ -175,7 +184,8 @@ jwt_verifier::jwt_verifier(const config::jwt_config& cfg, const std::function<co
     }
 }
 
-jwt_verifier::result jwt_verifier::verify(std::string_view header_value, std::int64_t now) const {
+jwt_verifier::result jwt_verifier::verify(std::string_view header_value, std::int64_t now,
+                                          std::span<const std::string> claims) const {
     // 1. "Bearer <token>"
     const std::string_view v = trim(header_value);
     const auto sp = v.find_first_of(" \t");
@@ -236,19 +246,19 @@ jwt_verifier::result jwt_verifier::verify(std::string_view header_value, std::in
     if (c == nullptr || c->is_null() || (c->is_string() && c->get_string().empty()))
         return invalid("missing claim " + claim_);
     result r;
-    if (c->is_string())
-        r.subject.assign(c->get_string().data(), c->get_string().size());
-    else if (c->is_int64())
-        r.subject = std::to_string(c->get_int64());
-    else if (c->is_uint64())
-        r.subject = std::to_string(c->get_uint64());
-    else
-        return invalid("invalid claim " + claim_);
+    auto subject = claim_text(*c);
+    if (!subject) return invalid("invalid claim " + claim_);
+    r.subject = std::move(*subject);
     if (!plan_claim_.empty()) {
         if (const auto* p = body->if_contains(plan_claim_); p != nullptr && !p->is_null()) {
             if (!p->is_string() || p->get_string().empty()) return invalid("invalid claim " + plan_claim_);
             r.plan.assign(p->get_string().data(), p->get_string().size());
         }
+    }
+    r.claims.reserve(claims.size());
+    for (const auto& name : claims) {
+        const auto* v = body->if_contains(name);
+        r.claims.push_back(v == nullptr ? std::nullopt : claim_text(*v));
     }
     r.status = result::status::ok;
     return r;

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,7 +29,8 @@ namespace sluice::identity {
 //     yet valid when now + leeway < nbf);
 //  6. reads the configured claim: a non-empty string, or an integer as decimal text;
 //     and the plan claim when configured: absent or null is no plan, else a non-empty
-//     string.
+//     string; and each claim `claims` names (claim:<name> identifier kinds) the same way
+//     as the user claim, nullopt where absent, empty or of another type.
 // Failures are values: status invalid with a short reason that is safe to show a
 // client and never echoes the token.
 //
@@ -42,15 +45,17 @@ public:
     struct result {
         enum class status { ok, invalid };
         status status = status::invalid;
-        std::string subject;  // the claim's value when ok
-        std::string plan;     // the plan claim's value when ok ("" = none)
-        std::string reason;   // when invalid: "token expired", "signature invalid", ...
+        std::string subject;                             // the claim's value when ok
+        std::string plan;                                // the plan claim's value when ok ("" = none)
+        std::string reason;                              // when invalid: "token expired", "signature invalid", ...
+        std::vector<std::optional<std::string>> claims;  // when ok: the values of `claims`, in order
     };
 
     explicit jwt_verifier(const config::jwt_config& cfg,
                           const std::function<const char*(const char*)>& getenv = ::getenv);
 
-    result verify(std::string_view header_value, std::int64_t now_unix_seconds) const;
+    result verify(std::string_view header_value, std::int64_t now_unix_seconds,
+                  std::span<const std::string> claims = {}) const;
 
 private:
     std::vector<int> algorithms_;  // jwt_alg_t values, in configured order

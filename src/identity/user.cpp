@@ -47,7 +47,8 @@ user_resolver::user_resolver(const config::clients_config& c, const std::functio
 }
 
 user_result user_resolver::resolve(std::string_view api_key_value, std::optional<std::string_view> jwt_header_value,
-                                   std::int64_t now_unix_seconds, std::string_view certificate) const {
+                                   std::int64_t now_unix_seconds, std::string_view certificate,
+                                   std::span<const std::string> claims) const {
     user_result r;
     if (!api_key_header_.empty() && !api_key_value.empty()) {
         if (!registry_.empty() || require_known_) {
@@ -70,11 +71,12 @@ user_result user_resolver::resolve(std::string_view api_key_value, std::optional
         return r;
     }
     if (jwt_ && jwt_header_value) {
-        auto v = jwt_->verify(*jwt_header_value, now_unix_seconds);
+        auto v = jwt_->verify(*jwt_header_value, now_unix_seconds, claims);
         if (v.status == jwt_verifier::result::status::ok) {
             r.status = user_result::status::ok;
             r.id = "jwt:" + v.subject;
             r.plan = std::move(v.plan);
+            r.claims = std::move(v.claims);
         } else {
             r.status = user_result::status::invalid;
             r.reason = std::move(v.reason);

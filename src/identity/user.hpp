@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 namespace sluice::identity {
 
@@ -27,6 +29,9 @@ struct user_result {
     std::string id;
     std::string reason;
     std::string plan;
+    // ok from a JWT: the values of the claims resolve() was asked for, in order (jwt_verifier);
+    // else empty.
+    std::vector<std::optional<std::string>> claims;
 };
 
 // Resolves the user from header values that the caller looked up.
@@ -45,10 +50,11 @@ public:
                            const std::function<const char*(const char*)>& getenv = ::getenv);
 
     // `certificate`: the name a verified client certificate gives ("" = none), taken after
-    // an API key and a JWT: "cert:<name>".
+    // an API key and a JWT: "cert:<name>". `claims`: the JWT claims to read besides the user's
+    // (claim:<name> kinds), when a JWT names the user.
     user_result resolve(std::string_view api_key_value,  // "" if absent
                         std::optional<std::string_view> jwt_header_value, std::int64_t now_unix_seconds,
-                        std::string_view certificate = {}) const;
+                        std::string_view certificate = {}, std::span<const std::string> claims = {}) const;
 
     const std::string& api_key_header() const { return api_key_header_; }  // "" = not configured
     const std::string* jwt_header() const { return jwt_ ? &jwt_header_ : nullptr; }

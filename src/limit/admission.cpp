@@ -2,6 +2,8 @@
 
 #include "limit/rate_limit_fields.hpp"
 
+#include "identity/kind_spec.hpp"
+
 #include <algorithm>
 #include <chrono>
 
@@ -17,32 +19,149 @@ const char* to_string(decision_kind d) {
         case decision_kind::unauthorized: return "unauthorized";
         case decision_kind::forbidden: return "forbidden";
         case decision_kind::store_error: return "store_error";
+        case decision_kind::missing: return "missing";
     }
     return "";
 }
 
+namespace {
+
+constexpr std::size_t no_key = static_cast<std::size_t>(-1);
+
+// A value as GET /top shows it: at most 64 bytes, and percent-encoded as in an admin path
+// (/identities/<kind>/<value>) where it could be misread: '%', '+', '/', blanks, controls,
+// quotes and bytes beyond ASCII.
+void append_label_value(std::string& out, std::string_view v) {
+    constexpr std::size_t shown = 64;
+    const bool cut = v.size() > shown;
+    if (cut) v = v.substr(0, shown);
+    for (const char c : v) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u <= 0x20 || u >= 0x7f || c == '%' || c == '+' || c == '/' || c == '"' || c == '\\') {
+            constexpr std::string_view upper = "0123456789ABCDEF";
+            out += '%';
+            out += upper[u >> 4];
+            out += upper[u & 0x0f];
+        } else {
+            out += c;
+        }
+    }
+    if (cut) out += "…";
+}
+
+// The user as the operator may see it: an API key is a credential, so only the last four
+// characters of one of 16 or more are shown.
+void append_user_label(std::string& out, std::string_view user) {
+    if (!user.starts_with("key:")) {
+        out.append(user);
+        return;
+    }
+    out += "key:…";
+    if (user.size() >= 4 + 16) out.append(user.substr(user.size() - 4));
+}
+
+std::optional<std::string_view> value_at(const std::vector<std::optional<std::string>>& values, std::size_t i) {
+    if (i >= values.size() || !values[i]) return std::nullopt;
+    return std::string_view(*values[i]);
+}
+
+}  // namespace
+
+// Field by field: a store_key built whole and copied in costs the hot path store-forwarding
+// stalls (its fields' stores are read back as wider loads).
+void admission::set_key(std::size_t i, identity::kind kind, const digest& id, std::span<const tier> tiers,
+                        std::uint32_t max_values) {
+    store_key& k = keys_[i];
+    k.kind = kind;
+    k.id = id;
+    k.tiers = tiers;
+    k.max_values = max_values;
+}
+
+const std::string& admission::ip_text(const admission_context& ctx) {
+    if (!ip_text_cached_ || who_->client != cached_text_client_) {
+        ip_text_cached_ = true;
+        cached_text_client_ = who_->client;
+        cached_ip_text_ = identity::ip_identifier(who_->client, ctx.ipv6_prefix);
+    }
+    return cached_ip_text_;
+}
+
+std::size_t admission::values_of(const admission_context& ctx, const kind_tiers& k, part_values& values) {
+    for (std::size_t i = 0; i < k.spec.parts.size(); ++i) {
+        std::optional<std::string_view> v;
+        switch (k.spec.parts[i].what) {
+            case identity::part_kind::ip: v = ip_text(ctx); break;
+            case identity::part_kind::user:
+                if (!who_->user.empty()) v = who_->user;
+                break;
+            case identity::part_kind::route:
+                if (route_ != nullptr && !route_->empty()) v = *route_;
+                break;
+            case identity::part_kind::header: v = value_at(who_->headers, k.slot[i]); break;
+            case identity::part_kind::claim: v = value_at(who_->claims, k.slot[i]); break;
+            case identity::part_kind::query: v = value_at(who_->queries, k.slot[i]); break;
+        }
+        if (!v) return i;
+        values[i] = *v;
+    }
+    return no_key;
+}
+
+void admission::refuse_missing(outcome& out, std::string why) {
+    out.what = outcome::kind::missing;
+    out.decision = decision_kind::missing;
+    out.reason = std::move(why);
+}
+
+// Out of prepare(): a policy of ip and user alone keeps its path short.
+bool admission::add_kinds(const admission_context& ctx, const policy& p, std::size_t& n, outcome& out) {
+    for (const kind_tiers& k : p.kinds) {
+        part_values values;
+        if (const std::size_t missing = values_of(ctx, k, values); missing != no_key) {
+            if (!k.refuse_missing || p.shadow) continue;
+            std::string why = "missing ";
+            config::append_part_text(why, k.spec.parts[missing]);
+            if (k.spec.composite()) why.append(" (of ").append(k.spec.text).append(")");
+            why.append(": policy ").append(p.name).append(" refuses requests without it");
+            refuse_missing(out, std::move(why));
+            return false;
+        }
+        std::string_view input = values[0];
+        if (k.spec.composite()) {
+            k.spec.hash_input(std::span(values.data(), k.spec.parts.size()), input_);
+            input = input_;
+        }
+        kind_tiers_[n] = &k;
+        set_key(n++, static_cast<identity::kind>(k.id), ctx.hasher.hash(k.spec.text, input), k.tiers, k.max_values);
+    }
+    return true;
+}
+
 bool admission::prepare(const admission_context& ctx, const policy& p, std::int64_t cost, const identity::caller& who,
-                        outcome& out) {
+                        outcome& out, const std::string* route) {
     if (who.allow_listed) {
         out.decision = decision_kind::bypass;
         return false;
     }
+    who_ = &who;
+    route_ = route;
     // A connection's client and user rarely change: hash them once, not per request (and
     // again when a new config may have changed the hasher or the IPv6 prefix).
     if (ctx.generation != cached_for_) {
         cached_for_ = ctx.generation;
-        ip_cached_ = user_cached_ = false;
+        ip_cached_ = ip_text_cached_ = user_cached_ = false;
     }
-    std::size_t n = 0;
+    std::size_t n = 0, user_key = no_key, ip_key = no_key;
     if (!p.ip.empty()) {
         if (!ip_cached_ || who.client != cached_client_) {
             ip_cached_ = true;
             cached_client_ = who.client;
-            cached_ip_ =
-                ctx.hasher.hash(to_string(identity::kind::ip), identity::ip_identifier(who.client, ctx.ipv6_prefix));
+            cached_ip_ = ctx.hasher.hash(to_string(identity::kind::ip), ip_text(ctx));
         }
-        kinds_[n] = identity::kind::ip;
-        keys_[n++] = {identity::kind::ip, cached_ip_, p.ip};
+        kind_tiers_[n] = nullptr;
+        ip_key = n;
+        set_key(n++, identity::kind::ip, cached_ip_, p.ip, 0);
     }
     if (!who.user.empty()) {
         std::span<const tier> tiers = p.user;
@@ -67,10 +186,15 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
                 cached_user_ = who.user;
                 cached_user_hash_ = ctx.hasher.hash(to_string(identity::kind::user), who.user);
             }
-            kinds_[n] = identity::kind::user;
-            keys_[n++] = {identity::kind::user, cached_user_hash_, tiers};
+            kind_tiers_[n] = nullptr;
+            user_key = n;
+            set_key(n++, identity::kind::user, cached_user_hash_, tiers, 0);
         }
+    } else if (p.refuse_missing_user && !p.shadow) {
+        refuse_missing(out, "missing user: policy " + p.name + " refuses requests without credentials");
+        return false;
     }
+    if (!p.kinds.empty() && !add_kinds(ctx, p, n, out)) return false;
     request_ = {std::span(keys_.data(), n), cost, p.count_rejected, 0};
     // Only a request that meets a concurrency tier draws a lease (a policy's may be in a
     // tier list this caller does not get, as a plan's).
@@ -80,8 +204,9 @@ bool admission::prepare(const admission_context& ctx, const policy& p, std::int6
             if (std::any_of(keys_[i].tiers.begin(), keys_[i].tiers.end(), slot)) request_.lease = ctx.leases->next();
     }
     if (n > 0) {
-        out.id_kind = kinds_[n - 1];  // the user when there is one
-        out.id = keys_[n - 1].id;
+        const std::size_t named = user_key != no_key ? user_key : ip_key != no_key ? ip_key : 0;
+        out.id_kind = keys_[named].kind;
+        out.id = keys_[named].id;
     }
     return n > 0;
 }
@@ -99,41 +224,65 @@ void admission::conclude(const admission_context& ctx, const policy& p, const ch
     if (d.allowed) {
         m.decided(p.metric_slot, metrics::decision_result::allowed);
         out.decision = decision_kind::allowed;
-    } else if (p.shadow) {
-        m.decided(p.metric_slot, metrics::decision_result::shadow_limited);
-        out.decision = decision_kind::shadow_limited;
     } else {
-        m.decided(p.metric_slot, metrics::decision_result::limited);
-        out.decision = decision_kind::limited;
-        out.what = outcome::kind::limited;
-        out.retry_after_s = retry_after_seconds(d);
-        if (ctx.refusals) record_refusal(ctx, p, d);
+        if (const std::size_t refusing = refusing_key(d); refusing != no_key) {
+            out.id_kind = request_.keys[refusing].kind;
+            out.id = request_.keys[refusing].id;
+            if (!p.shadow && ctx.refusals) record_refusal(ctx, p, refusing);
+        }
+        if (p.shadow) {
+            m.decided(p.metric_slot, metrics::decision_result::shadow_limited);
+            out.decision = decision_kind::shadow_limited;
+        } else {
+            m.decided(p.metric_slot, metrics::decision_result::limited);
+            out.decision = decision_kind::limited;
+            out.what = outcome::kind::limited;
+            out.retry_after_s = retry_after_seconds(d);
+        }
     }
     // A shadow policy stays invisible to clients.
     if (!p.shadow) append_rate_limit_fields(out.fields, d, ctx.headers);
 }
 
-// The identifier whose tier refused (the user when both did), named as the operator knows
-// it: the address (IPv6 as limited, to its prefix) or the user. An API key is a
-// credential: only the last four characters of one of 16 or more are shown.
-void admission::record_refusal(const admission_context& ctx, const policy& p, const decision& d) {
-    std::size_t refusing = request_.keys.size();
+std::size_t admission::refusing_key(const decision& d) const {
+    std::size_t refusing = no_key;
     for (const tier_result& t : d.tiers) {
-        if (!t.admitted && (refusing == request_.keys.size() || t.key_index > refusing)) refusing = t.key_index;
+        if (!t.admitted && t.key_index < request_.keys.size() && (refusing == no_key || t.key_index > refusing))
+            refusing = t.key_index;
     }
-    if (refusing >= request_.keys.size()) return;
-    const store_key& k = request_.keys[refusing];
+    return refusing;
+}
+
+// The identifier as the operator knows it: the address (IPv6 as limited, to its prefix), the
+// user, or another kind's values joined by '+' as an admin path writes them.
+std::string admission::label_of(const admission_context& ctx, std::size_t key) {
     std::string label;
-    if (kinds_[refusing] == identity::kind::ip) {
-        label = identity::ip_identifier(cached_client_, ctx.ipv6_prefix);
-    } else if (std::string_view user = cached_user_; user.starts_with("key:")) {
-        label = user.size() >= 4 + 16 ? "key:…" + std::string(user.substr(user.size() - 4)) : "key:…";
-    } else {
-        label = cached_user_;
+    const kind_tiers* k = kind_tiers_[key];
+    if (k == nullptr) {
+        if (request_.keys[key].kind == identity::kind::ip)
+            label = ip_text(ctx);
+        else
+            append_user_label(label, cached_user_);
+        return label;
     }
+    part_values values;
+    if (values_of(ctx, *k, values) != no_key) return label;
+    for (std::size_t i = 0; i < k->spec.parts.size(); ++i) {
+        if (i > 0) label += '+';
+        switch (k->spec.parts[i].what) {
+            case identity::part_kind::ip: label.append(values[i]); break;
+            case identity::part_kind::user: append_user_label(label, values[i]); break;
+            default: append_label_value(label, values[i]); break;
+        }
+    }
+    return label;
+}
+
+void admission::record_refusal(const admission_context& ctx, const policy& p, std::size_t key) {
+    const store_key& k = request_.keys[key];
     const auto now =
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
-    ctx.refusals->refused(now.count(), p.metric_slot, p.name, kinds_[refusing], k.id, label);
+    ctx.refusals->refused(now.count(), p.metric_slot, p.name, k.kind, k.id, label_of(ctx, key));
 }
 
 }  // namespace sluice::limit

@@ -22,7 +22,7 @@ void deny_cache::key_of(const check_request& r) {
     key_.clear();
     append_raw(key_, r.cost);
     for (const auto& k : r.keys) {
-        key_ += static_cast<char>(k.kind);
+        append_raw(key_, static_cast<std::uint16_t>(k.kind));
         key_.append(reinterpret_cast<const char*>(k.id.data()), k.id.size());
         append_raw(key_, static_cast<std::uint32_t>(k.tiers.size()));
         for (const auto& t : k.tiers) append_raw(key_, t.key);

@@ -16,10 +16,11 @@ namespace sluice::limit {
 // Recent denials of one worker, keyed by the request's identifiers, tiers (their keys, in
 // order) and cost. A denial with retry_after R given at instant T means the same request
 // is denied until T + R whatever else happens meanwhile (other admissions only push that
-// instant later), so find() answers it again until then: a copy with retry_after (and
-// every tier's reset) reduced by the time elapsed. At most max_entries; the oldest are
-// evicted first. Any store may use it;
-// the Redis store does. Thread: one thread (the owning worker's).
+// instant later; a take-back, store::take_back, may bring it earlier: then the cache
+// refuses until T + R what the store would admit, never admitting more), so find() answers
+// it again until then: a copy with retry_after (and every tier's reset) reduced by the time
+// elapsed. At most max_entries; the oldest are evicted first. Any store may use it; the
+// Redis store does. Thread: one thread (the owning worker's).
 class deny_cache {
 public:
     using clock = std::chrono::steady_clock;

@@ -29,6 +29,9 @@ struct store_key {
     identity::kind kind = identity::kind::ip;
     digest id{};
     std::span<const tier> tiers;
+    // The most identifiers of this kind the memory store holds (policies.<name>.max_values),
+    // evicting its least recently used one beyond; 0: store.memory.max_keys alone bounds them.
+    std::uint32_t max_values = 0;
 };
 
 struct check_request {

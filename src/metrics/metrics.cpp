@@ -214,6 +214,25 @@ void registry::add_limited_identities(std::function<std::size_t()> count) {
     collectors_.push_back(std::move(collect));
 }
 
+void registry::add_kind_evictions(std::function<std::vector<std::pair<std::string, std::uint64_t>>()> by_kind) {
+    auto collect = [by_kind = std::move(by_kind)] {
+        std::vector<prometheus::MetricFamily> out(1);
+        out[0] = {"sluice_store_kind_evictions_total",
+                  "Identifiers the memory store evicted because their kind's policies.<name>.max_values was reached, "
+                  "by kind.",
+                  MetricType::Counter,
+                  {}};
+        for (const auto& [kind, n] : by_kind()) {
+            auto& m = out[0].metric.emplace_back();
+            m.label = {{"kind", kind}};
+            m.counter.value = static_cast<double>(n);
+        }
+        return out;
+    };
+    std::lock_guard lock(names_mu_);
+    collectors_.push_back(std::move(collect));
+}
+
 void registry::add_access_log(std::function<std::uint64_t()> dropped) {
     auto collect = [dropped = std::move(dropped)] {
         std::vector<prometheus::MetricFamily> out(1);

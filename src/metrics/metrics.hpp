@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace sluice::metrics {
@@ -202,6 +203,9 @@ public:
     // sluice_limited_identities: distinct identities refused in the last minute (GET /top's
     // count), read at scrape time. Once, at start.
     void add_limited_identities(std::function<std::size_t()> count);
+    // sluice_store_kind_evictions_total: identifiers the memory store evicted by their kind's
+    // max_values, per kind (its canonical text), read at scrape time. Once, at start.
+    void add_kind_evictions(std::function<std::vector<std::pair<std::string, std::uint64_t>>()> by_kind);
     // sluice_access_log_dropped_total: access log lines lost. Once, at start.
     void add_access_log(std::function<std::uint64_t()> dropped);
     // The sluice_upstream_* families of every pool, from `pools()` at each scrape (on the

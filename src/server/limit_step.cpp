@@ -17,7 +17,7 @@ awaitable<void> limit_step::decide(std::shared_ptr<const snapshot> snap, const r
     const config::config& cfg = *snap->cfg;
     const limit::admission_context ctx{cfg.clients.ipv6_prefix, w_.hasher,    snap->generation, cfg.store.on_error,
                                        cfg.response.headers,    &w_.refusals, &w_.lease_ids};
-    if (!admission_.prepare(ctx, *r->limits, r->cost, who, out)) co_return;
+    if (!admission_.prepare(ctx, *r->limits, r->cost, who, out, &r->name)) co_return;
     // A route that settles its charge at the response reserves its cost now: the requests
     // that come while its answer is pending see it.
     const bool settles = r->charge || !r->cost_header.empty();

@@ -271,6 +271,8 @@ awaitable<after> session::phases() {
             w_.metrics.forbidden();
             co_return co_await respond(fail::forbidden.with(req_.outcome.reason));
         case limit::outcome::kind::store_down: co_return co_await respond(fail::store_down);
+        case limit::outcome::kind::missing:
+            co_return co_await respond(fail::missing_identifier.with(req_.outcome.reason));
     }
     co_return co_await exchange();
 }

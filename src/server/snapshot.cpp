@@ -18,7 +18,7 @@ snapshot::snapshot(std::shared_ptr<const config::config> c, metrics::registry& m
     : cfg(std::move(c)),
       policies(limit::compile_policies(*cfg)),
       router(*cfg, policies),
-      clients(cfg->clients),
+      clients(cfg->clients, cfg->policies),
       proxy_trusted(cfg->server.proxy_protocol ? identity::cidr_set(cfg->server.proxy_protocol->trusted)
                                                : identity::cidr_set()),
       tls(cfg->server.tls ? std::make_shared<const tls::server_contexts>(*cfg->server.tls) : nullptr),

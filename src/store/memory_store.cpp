@@ -30,10 +30,17 @@ memory_store::memory_store(std::size_t max_keys, std::function<limit::usec()> cl
       stripes_(new stripe[stripe_count]) {}
 
 memory_store::~memory_store() {
-    for (std::size_t i = 0; i < stripe_count; ++i) stripes_[i].lru.clear();
+    for (std::size_t i = 0; i < stripe_count; ++i) {
+        for (auto& [kind, k] : stripes_[i].kinds) k.lru.clear();
+        stripes_[i].lru.clear();
+    }
 }
 
 void memory_store::erase(stripe& s, entry& e) {
+    if (e.kind_hook.is_linked()) {
+        auto& k = s.kinds[e.key.kind].lru;
+        k.erase(k.iterator_to(e));
+    }
     s.lru.erase(s.lru.iterator_to(e));
     s.map.erase(e.key);
     s.size.store(s.map.size(), std::memory_order_relaxed);
@@ -55,16 +62,32 @@ void memory_store::maintain(stripe& s, limit::usec now) {
 }
 
 memory_store::entry& memory_store::find_or_insert(stripe& s, const map_key& k, limit::usec now, bool& inserted,
-                                                  std::span<entry* const> in_use) {
+                                                  std::span<entry* const> in_use, std::uint32_t max_values) {
+    const auto used = [&](entry& e) { return std::find(in_use.begin(), in_use.end(), &e) != in_use.end(); };
     auto it = s.map.find(k);
     if (it != s.map.end()) {
         inserted = false;
-        s.lru.erase(s.lru.iterator_to(it->second));
-        s.lru.push_back(it->second);
-        if (it->second.state.expires <= now) it->second.state = {};  // its windows all passed
-        return it->second;
+        entry& e = it->second;
+        s.lru.erase(s.lru.iterator_to(e));
+        s.lru.push_back(e);
+        if (e.kind_hook.is_linked()) {
+            auto& kl = s.kinds[k.kind].lru;
+            kl.erase(kl.iterator_to(e));
+            kl.push_back(e);
+        }
+        if (e.state.expires <= now) e.state = {};  // its windows all passed
+        return e;
     }
-    if (s.map.size() >= max_per_stripe_ && std::find(in_use.begin(), in_use.end(), &s.lru.front()) == in_use.end()) {
+    kind_lru* bounded = nullptr;
+    if (max_values > 0) {
+        bounded = &s.kinds[k.kind];
+        const std::size_t per_stripe = (max_values + stripe_count - 1) / stripe_count;
+        while (bounded->lru.size() >= per_stripe && !used(bounded->lru.front())) {
+            erase(s, bounded->lru.front());
+            ++bounded->evictions;
+        }
+    }
+    if (s.map.size() >= max_per_stripe_ && !used(s.lru.front())) {
         erase(s, s.lru.front());
         s.evictions.fetch_add(1, std::memory_order_relaxed);
     }
@@ -72,6 +95,7 @@ memory_store::entry& memory_store::find_or_insert(stripe& s, const map_key& k, l
     auto [pos, ok] = s.map.try_emplace(k);
     pos->second.key = k;
     s.lru.push_back(pos->second);
+    if (bounded != nullptr) bounded->lru.push_back(pos->second);
     s.size.store(s.map.size(), std::memory_order_relaxed);
     return pos->second;
 }
@@ -100,8 +124,8 @@ std::optional<limit::check_result> memory_store::try_check(const limit::check_re
         std::array<bool, 8> inserted{};
         for (std::size_t i = 0; i < n; ++i) {
             auto& s = stripes_[stripe_of(r.keys[i].id)];
-            entries[i] =
-                &find_or_insert(s, {r.keys[i].id, r.keys[i].kind}, now, inserted[i], std::span(entries.data(), i));
+            entries[i] = &find_or_insert(s, {r.keys[i].id, r.keys[i].kind}, now, inserted[i],
+                                         std::span(entries.data(), i), r.keys[i].max_values);
             reqs[i] = {&entries[i]->state, r.keys[i].tiers};
         }
         out.verdict = limit::decide(std::span(reqs.data(), n), now, r.cost, r.count_rejected, r.lease,
@@ -167,6 +191,19 @@ std::size_t memory_store::keys_held() const {
     std::size_t total = 0;
     for (std::size_t i = 0; i < stripe_count; ++i) total += stripes_[i].size.load(std::memory_order_relaxed);
     return total;
+}
+
+std::vector<std::pair<identity::kind, std::uint64_t>> memory_store::kind_evictions() const {
+    std::vector<std::pair<identity::kind, std::uint64_t>> out;
+    for (std::size_t i = 0; i < stripe_count; ++i) {
+        std::lock_guard lock(stripes_[i].mu);
+        for (const auto& [kind, k] : stripes_[i].kinds) {
+            auto at = std::find_if(out.begin(), out.end(), [&](const auto& o) { return o.first == kind; });
+            if (at == out.end()) at = out.insert(out.end(), {kind, 0});
+            at->second += k.evictions;
+        }
+    }
+    return out;
 }
 
 std::uint64_t memory_store::evictions() const {

@@ -4,7 +4,11 @@
 // decided atomically with no global lock. Expiry and eviction are only garbage
 // collection: an identifier whose longest window has passed is dropped (it would start
 // afresh anyway); when more than max_keys identifiers are held, the least recently used
-// identifier of the full stripe is evicted and starts afresh on its next request.
+// identifier of the full stripe is evicted and starts afresh on its next request. A key
+// with max_values (a kind whose values the caller chooses) is also bounded within its kind:
+// each stripe holds at most ceil(max_values / stripe_count) identifiers of the kind, and a new
+// one beyond evicts the stripe's least recently used identifier of that kind (counted per
+// kind: kind_evictions()).
 //
 // Thread: try_check() and keys_held() from any thread.
 #pragma once
@@ -18,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace sluice::store {
@@ -41,6 +46,9 @@ public:
     void take_back_now(const limit::check_request& r, const limit::receipt& rc, std::int64_t amount);
     std::size_t keys_held() const override;
     std::uint64_t evictions() const;
+    // Identifiers evicted by their kind's max_values, per kind (kinds that had none are left
+    // out). Any thread; takes each stripe's lock in turn (for a scrape, not per request).
+    std::vector<std::pair<identity::kind, std::uint64_t>> kind_evictions() const;
     // Drops every identifier whose windows have all passed, one stripe lock at a time.
     // Requests sweep as they go; this frees the memory of a burst when no traffic follows.
     void collect_expired();
@@ -57,11 +65,19 @@ private:
     struct entry : boost::intrusive::list_base_hook<> {
         map_key key;
         limit::key_state state;
+        boost::intrusive::list_member_hook<> kind_hook;  // in its kind's list when the kind is bounded
+    };
+    using kind_list = boost::intrusive::list<
+        entry, boost::intrusive::member_hook<entry, boost::intrusive::list_member_hook<>, &entry::kind_hook>>;
+    struct kind_lru {
+        kind_list lru;  // least recently used first
+        std::uint64_t evictions = 0;
     };
     struct stripe {
         std::mutex mu;
         std::unordered_map<map_key, entry, map_hash> map;
-        boost::intrusive::list<entry> lru;  // least recently used first
+        boost::intrusive::list<entry> lru;                   // least recently used first
+        std::unordered_map<identity::kind, kind_lru> kinds;  // bounded kinds' identifiers
         std::size_t ops = 0;
         std::atomic<std::size_t> size{0};
         std::atomic<std::uint64_t> evictions{0};
@@ -73,7 +89,9 @@ private:
     template <class Fn>
     void locked(const limit::check_request& r, Fn fn);
     void maintain(stripe& s, limit::usec now);
-    entry& find_or_insert(stripe& s, const map_key& k, limit::usec now, bool& inserted, std::span<entry* const> in_use);
+    // `max_values`: the key's kind's bound (store_key::max_values; 0: none).
+    entry& find_or_insert(stripe& s, const map_key& k, limit::usec now, bool& inserted, std::span<entry* const> in_use,
+                          std::uint32_t max_values = 0);
     void sweep(stripe& s, limit::usec now);
     void erase(stripe& s, entry& e);
 

@@ -126,7 +126,7 @@ store: { type: redis, on_error: deny, redis: { timeout: 30ms } }
 // docs/configuration.md is the reference: its key tables ("| `dotted.key` | default | meaning |")
 // name every key the loader reads (a mapping may be documented through its keys alone), and
 // no key the loader would refuse. Tier keys are documented once, under policies.<name>.ip[]:
-// user tiers and a plan's tiers take the same keys. Pool keys likewise, under
+// user tiers, other kinds' tiers and a plan's tiers take the same keys. Pool keys likewise, under
 // upstreams.<name>: the upstream: block is a pool too.
 TEST_CASE("docs/configuration.md documents every key of the schema, and no other") {
     std::ifstream in(SLUICE_TEST_DIR "/../docs/configuration.md");
@@ -142,7 +142,7 @@ TEST_CASE("docs/configuration.md documents every key of the schema, and no other
 
     const auto schema = cfg::schema_keys();
     const auto as_documented = [](std::string key) {
-        for (const std::string tiers : {"policies.<name>.user[]", "plans.<name>.user[]"}) {
+        for (const std::string tiers : {"policies.<name>.user[]", "policies.<name>.<kind>[]", "plans.<name>.user[]"}) {
             if (key.rfind(tiers, 0) == 0) key = "policies.<name>.ip[]" + key.substr(tiers.size());
         }
         if (key.rfind("upstream.", 0) == 0) key = "upstreams.<name>." + key.substr(9);

@@ -15,6 +15,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <tuple>
 
 using namespace sluice::test;
 using namespace std::chrono;
@@ -197,6 +198,51 @@ TEST_CASE("cluster: ip and user on different primaries stay exact, and a denial 
     all.insert(ip_nodes.begin(), ip_nodes.end());
     CHECK(all.size() >= 2);
     CHECK(f.metric_sum("sluice_redis_undos_total") == 8);
+}
+
+TEST_CASE("cluster: header, route and composite kinds on every primary stay exact, and a denial by any charges none") {
+    cluster_nodes c(3, 0);
+    fleet f(2, cluster_yaml(c.ports[0], "2s",
+                            "policies:\n  p:\n    ip: [ {limit: 4, per: 1h, precision: 6m} ]\n"
+                            "    header:X-Tenant: [ {limit: 3, per: 1h, precision: 6m} ]\n"
+                            "    route: [ {limit: 7, per: 1h, precision: 6m} ]\n"
+                            "    header:X-Tenant+ip: [ {limit: 2, per: 1h, precision: 6m} ]\n"));
+    // (tenant, address, status): refusals by the composite, the tenant, the address and the
+    // route, each after other kinds (on other primaries) admitted the request.
+    const std::vector<std::tuple<std::string, std::string, int>> requests{
+        {"acme", "192.0.2.1", 200},    {"acme", "192.0.2.1", 200},   {"acme", "192.0.2.1", 429},
+        {"acme", "192.0.2.2", 200},    {"acme", "192.0.2.3", 429},   {"globex", "192.0.2.1", 200},
+        {"globex", "192.0.2.1", 200},  {"globex", "192.0.2.2", 200}, {"initech", "192.0.2.1", 429},
+        {"initech", "192.0.2.4", 200}, {"initech", "192.0.2.5", 429}};
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        const auto& [tenant, address, status] = requests[i];
+        CAPTURE(i);
+        const auto r = fetch(f.gateways[i % 2]->port, "GET", "/", {{"X-Forwarded-For", address}, {"X-Tenant", tenant}});
+        CHECK(r.status == status);
+    }
+    // Every kind holds the seven admissions and nothing of the four refusals.
+    std::map<std::string, long> sum, most;
+    std::set<std::uint16_t> nodes;
+    for (const auto& k : c.stored("sluice:*")) {
+        CAPTURE(k.key);
+        const std::string kind = k.key.find("{header:x-tenant+ip:") != std::string::npos ? "composite"
+                                 : k.key.find("{header:x-tenant:") != std::string::npos  ? "tenant"
+                                 : k.key.find("{route:") != std::string::npos            ? "route"
+                                 : k.key.find("{ip:") != std::string::npos               ? "ip"
+                                                                                         : "other";
+        sum[kind] += k.count;
+        most[kind] = std::max(most[kind], k.count);
+        if (k.count > 0) nodes.insert(k.port);
+    }
+    CHECK(sum["ip"] == 7);
+    CHECK(most["ip"] == 4);
+    CHECK(sum["tenant"] == 7);
+    CHECK(most["tenant"] == 3);
+    CHECK(sum["composite"] == 7);
+    CHECK(most["composite"] == 2);
+    CHECK(sum["route"] == 7);
+    CHECK(sum["other"] == 0);
+    CHECK(nodes.size() >= 2);  // split over primaries
 }
 
 TEST_CASE("cluster: count_rejected counts a refusal on every primary and undoes nothing") {

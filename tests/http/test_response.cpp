@@ -48,6 +48,7 @@ const std::vector<named_failure> all_failures{
     {"bad_body", fail::bad_body},
     {"unauthorized", fail::unauthorized},
     {"forbidden", fail::forbidden},
+    {"missing_identifier", fail::missing_identifier},
     {"connect_refused", fail::connect_refused},
     {"bad_method", fail::bad_method},
     {"header_timeout", fail::header_timeout},

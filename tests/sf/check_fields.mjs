@@ -62,7 +62,11 @@ log: { level: warn, access: { path: "off" } }
 policies:
   p:
     ip: [ {limit: 3, per: 1h}, {limit: 4, per: 250ms, algorithm: fixed}, {concurrency: 5, lease: 10s} ]
+  k:
+    header:X-Tenant+ip: [ {limit: 5, per: 1h} ]
+    query:a/b@c:d: [ {limit: 6, per: 1m} ]
 routes:
+  - { match: { path: /kinds }, policy: k }
   - { match: { path_prefix: / }, policy: p }
 `);
   const port = await start([sluiceBin, '--config', config], /proxy listening on 127\.0\.0\.1:(\d+)/);
@@ -118,6 +122,24 @@ routes:
   }
   check('three admitted, then 429', JSON.stringify(statuses) === JSON.stringify([200, 200, 200, 429]),
         JSON.stringify(statuses));
+
+  // Other identifier kinds' tier names (their canonical text: ':', '+', '/', '@') are strings
+  // a client reads back as written.
+  const kinds = await fetch(`http://127.0.0.1:${port}/kinds?a/b@c:d=v`, { headers: { 'X-Tenant': 'acme' } });
+  await kinds.arrayBuffer();
+  try {
+    const policy = parseList(kinds.headers.get('ratelimit-policy') ?? '');
+    const limit = parseList(kinds.headers.get('ratelimit') ?? '');
+    const expected = ['header:x-tenant+ip-1h', 'query:a/b@c:d-1m'];
+    check('other kinds: RateLimit-Policy names them by their canonical text',
+          JSON.stringify(names(policy)) === JSON.stringify(expected), JSON.stringify(names(policy)));
+    check('other kinds: RateLimit has the same names', JSON.stringify([...names(limit)].sort()) === JSON.stringify(expected),
+          JSON.stringify(names(limit)));
+    check('other kinds: q and w as for ip', params(policy[0]).q === 5 && params(policy[1]).w === 60,
+          JSON.stringify(policy.map(params)));
+  } catch (e) {
+    check('other kinds: RateLimit-Policy and RateLimit parse as structured-field lists', false, String(e));
+  }
 } catch (e) {
   check('the gateway and the upstream ran', false, String(e));
 } finally {

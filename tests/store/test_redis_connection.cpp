@@ -516,6 +516,70 @@ TEST_CASE("redis_store: decisions, the deny cache, and NOSCRIPT after SCRIPT FLU
     });
 }
 
+TEST_CASE("redis_store: an admission's receipt, and take_back gives back exactly its charge in one EVALSHA") {
+    redis_server server(free_port());
+    asio::io_context ioc;
+    sluice::config::store_config cfg;
+    cfg.type = sluice::config::store_config::kind::redis;
+    cfg.redis_nodes = {{"127.0.0.1", server.port()}};
+    cfg.redis_timeout = 500ms;
+    sluice::store::redis_store store(cfg);
+    const auto log_tier = [](const std::string& kind, std::int64_t limit) {
+        sluice::config::tier_config c;
+        c.kind = kind;
+        c.limit = limit;
+        c.per = 3'600'000ms;
+        c.algo = sluice::config::algorithm::log;
+        return sluice::limit::tier::from(c, "test/" + kind + "/log/1h", kind + "-1h");
+    };
+    std::vector<sluice::limit::tier> ip{log_tier("ip", 3)}, user{log_tier("user", 5)};
+    std::vector<sluice::limit::store_key> keys(2);
+    keys[0] = {sluice::identity::kind::ip, {}, ip};
+    keys[1] = {sluice::identity::kind::user, {}, user};
+    keys[0].id[0] = 7;
+    keys[1].id[0] = 8;
+    sluice::limit::check_request req{keys, 2};
+    req.want_receipt = true;
+    store.start(ioc.get_executor());
+
+    run(ioc, [&]() -> asio::awaitable<void> {
+        REQUIRE(co_await eventually([&] { return store.ready(); }, 2s));
+        auto first = co_await store.check(req);
+        REQUIRE(first.state == sluice::limit::check_result::status::ok);
+        REQUIRE(first.verdict.allowed);
+        REQUIRE(first.taken.at.size() == 2);
+        CHECK(first.taken.at[0] > 0);
+        CHECK_FALSE(first.taken.local);
+        sluice::limit::check_request one{keys, 1};
+        auto second = co_await store.check(one);  // ip: 3 of 3
+        REQUIRE(second.verdict.allowed);
+        CHECK(second.taken.at.empty());  // not asked for
+
+        const auto commands = store.counters().commands.get();
+        const bool done = co_await store.take_back(req, first.taken, 2);
+        CHECK(done);
+        CHECK(store.counters().commands.get() == commands + 1);  // both identifiers, one call
+        auto third = co_await store.check(one);
+        REQUIRE(third.verdict.allowed);
+        CHECK(third.verdict.tiers.at(0).remaining == 1);  // the second's and this one's stay
+        CHECK(third.verdict.tiers.at(1).remaining == 3);
+
+        // A receipt that is not this request's is refused.
+        sluice::limit::receipt wrong;
+        wrong.at = {1};
+        const bool refused = co_await store.take_back(req, wrong, 1);
+        CHECK_FALSE(refused);
+        // Redis gone: false, counted as an error.
+        server.stop();
+        CHECK(co_await eventually([&] { return !store.ready(); }, 2s));
+        const auto errors = store.counters().errors.get();
+        const bool down = co_await store.take_back(req, first.taken, 1);
+        CHECK_FALSE(down);
+        CHECK(store.counters().errors.get() == errors + 1);
+        store.stop();
+    });
+}
+
 TEST_CASE("a head outstanding for longer than stall_after fails everything and rebuilds the connection") {
     redis_server server(free_port());
     asio::io_context ioc;

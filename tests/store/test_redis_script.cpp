@@ -9,11 +9,16 @@
 #include "limit/store.hpp"
 #include "store/redis_pipeline.hpp"
 #include "store/redis_script.hpp"
+#include "store/redis_store.hpp"
 
 #include <doctest/doctest.h>
 
 #include <hiredis/hiredis.h>
 #include <algorithm>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -745,6 +750,13 @@ void run_trace(harness& h, std::mt19937_64& rng, const mix& m, std::size_t count
                 const auto other = (keys[0].id[0] == digest_of(0)[0]) ? digest_of(1) : digest_of(0);
                 keys.push_back({sluice::identity::kind::ip, other, p.ip});
             }
+            // Identifiers of other kinds: their own keys, even with a digest an ip key has.
+            if (pick(1, 100) <= 25)
+                keys.push_back({sluice::identity::kind_of("header:x-tenant"),
+                                digest_of(static_cast<unsigned>(pick(0, 1))), p.user.empty() ? p.ip : p.user});
+            if (pick(1, 100) <= 15)
+                keys.push_back({sluice::identity::kind_of("header:x-tenant+ip"),
+                                digest_of(static_cast<unsigned>(pick(0, 2))), p.ip});
             const std::int64_t mc = max_cost(p);
             cost = pick(1, 100) <= 60 ? 1 : pick(1, mc);
             cost = std::min(cost, mc);
@@ -788,6 +800,10 @@ TEST_CASE("redis_script: key names carry the cluster hash tag") {
     CHECK(rs::key_name("", user) == "{user:00112233445566778899aabbccddeeff}");
     auto lt = make_tier(algorithm::log, 5, 1000, 0);
     CHECK(rs::log_key_name("s:", ip, lt) == "s:{ip:00112233445566778899aabbccddeeff}:log:" + lt.id);
+    // Another kind by its canonical text: no brace in it, so the tag is still the identifier.
+    limit::store_key tenant{sluice::identity::kind_of("header:x-tenant+ip"), ip.id, {}};
+    CHECK(rs::key_name("s:", tenant) == "s:{header:x-tenant+ip:00112233445566778899aabbccddeeff}");
+    CHECK(rs::log_key_name("s:", tenant, lt) == "s:{header:x-tenant+ip:00112233445566778899aabbccddeeff}:log:" + lt.id);
 }
 
 TEST_CASE("redis_script: build_call lays out KEYS and ARGV") {
@@ -1360,6 +1376,65 @@ TEST_CASE("redis_script: on a cluster node, one call per identifier and its exac
                              {every_algorithm, min_interval_heavy, penalty, concurrency, concurrency_penalty}, 6, true);
     CHECK(h.undos > 0);  // denials by one identifier after the other admitted happened, and were taken back
     CHECK(h.take_backs > h.requests / 20);
+}
+
+TEST_CASE(
+    "redis_script: redis_store on a Cluster - a split check's receipt per identifier, and take_back takes "
+    "each back") {
+    redis_server srv(true);
+    boost::asio::io_context ioc;
+    config::store_config cfg;
+    cfg.type = config::store_config::kind::redis_cluster;
+    cfg.redis_nodes = {{"127.0.0.1", static_cast<std::uint16_t>(srv.port())}};
+    cfg.redis_timeout = std::chrono::milliseconds(500);
+    store::redis_store st(cfg);
+    std::vector<limit::tier> ip{make_tier(algorithm::log, 3, 3'600'000, 0)},
+        user{make_tier(algorithm::log, 5, 3'600'000, 0, 0, "p", "user")};
+    std::vector<limit::store_key> keys{{sluice::identity::kind::ip, digest_of(31), ip},
+                                       {sluice::identity::kind::user, digest_of(32), user}};
+    limit::check_request req{keys, 2};
+    req.want_receipt = true;
+    const limit::check_request one{keys, 1};
+    st.start(ioc.get_executor());
+    std::exception_ptr failure;
+    bool finished = false;
+    boost::asio::co_spawn(
+        ioc,
+        [&]() -> boost::asio::awaitable<void> {
+            boost::asio::steady_timer wait(ioc);
+            for (int i = 0; i < 500 && !st.ready(); ++i) {
+                wait.expires_after(std::chrono::milliseconds(10));
+                co_await wait.async_wait(boost::asio::use_awaitable);
+            }
+            REQUIRE(st.ready());
+            auto first = co_await st.check(req);  // one call per identifier: the Cluster's split
+            REQUIRE(first.state == limit::check_result::status::ok);
+            REQUIRE(first.verdict.allowed);
+            REQUIRE(first.taken.at.size() == 2);
+            auto second = co_await st.check(one);
+            REQUIRE(second.verdict.allowed);
+            const bool done = co_await st.take_back(req, first.taken, 2);
+            CHECK(done);
+            auto third = co_await st.check(one);
+            REQUIRE(third.verdict.allowed);
+            CHECK(third.verdict.tiers.at(0).remaining == 1);  // 3 - the second's - this one's
+            CHECK(third.verdict.tiers.at(1).remaining == 3);
+            // A denial by the address takes back what the user's node committed.
+            auto denied = co_await st.check(req);
+            REQUIRE(denied.state == limit::check_result::status::ok);
+            CHECK_FALSE(denied.verdict.allowed);
+            CHECK(denied.taken.at.empty());
+            CHECK(st.counters().undos.get() == 1);
+            CHECK(srv.cmd({"ZCARD", rs::log_key_name("sluice:", keys[1], user[0])})->integer == 2);
+            st.stop();
+        },
+        [&](std::exception_ptr e) {
+            failure = std::move(e);
+            finished = true;
+        });
+    ioc.run_for(std::chrono::seconds(30));
+    REQUIRE(finished);
+    if (failure) std::rethrow_exception(failure);
 }
 
 TEST_CASE("redis_script: the clock never goes back before the key's last time") {
