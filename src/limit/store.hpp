@@ -41,6 +41,8 @@ struct check_request {
     std::uint64_t lease = 0;      // the slot an admission takes in each concurrency tier (0: none), below 2^53
     bool want_receipt = false;    // an admission returns its receipt (check_result::taken), for store::take_back
     bool query = false;           // check only: nothing is written (the admin's view of one identifier)
+    bool uncached = false;        // never answered from a local cache of denials: its tiers' state may shrink
+                                  // (charges settled at the response give back)
 };
 
 // Lease ids for the slots of concurrency tiers: random (gateways draw them independently),

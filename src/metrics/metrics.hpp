@@ -42,6 +42,12 @@ const char* server_error_name(std::size_t kind);
 enum class decision_result : std::size_t { allowed, limited, shadow_limited, count_ };
 const char* to_string(decision_result r);
 
+// How the charge of a request on a route that settles it (routes[].charge, cost_header)
+// moved once its outcome was known: it stood, part or all was given back, more was
+// charged, or the store failed (the charge then stood).
+enum class settlement : std::size_t { charged, refunded, raised, failed, count_ };
+const char* to_string(settlement s);
+
 // Why a connection was closed before its PROXY protocol header was read (server.proxy_protocol).
 enum class proxy_refusal : std::size_t { untrusted, malformed, timeout, closed, count_ };
 const char* to_string(proxy_refusal r);
@@ -97,6 +103,9 @@ public:
     void decided(std::size_t policy_slot, decision_result r) {
         decisions_[policy_slot * static_cast<std::size_t>(decision_result::count_) + static_cast<std::size_t>(r)].add();
     }
+    void settled(std::size_t policy_slot, settlement s) {
+        settlements_[policy_slot * static_cast<std::size_t>(settlement::count_) + static_cast<std::size_t>(s)].add();
+    }
     void store_called(double seconds) { store_duration_.observe(store_buckets, seconds); }
     void store_failed() { store_errors_.add(); }
     void unauthorized() { unauthorized_.add(); }
@@ -128,6 +137,7 @@ private:
     static constexpr std::size_t classes = 5;           // 1xx..5xx
     std::array<cell, max_slots * classes> requests_{};  // route slot * classes + class
     std::array<cell, max_slots* static_cast<std::size_t>(decision_result::count_)> decisions_{};
+    std::array<cell, max_slots* static_cast<std::size_t>(settlement::count_)> settlements_{};
     histogram_cells<duration_buckets.size()> duration_;
     histogram_cells<store_buckets.size()> store_duration_;
     cell store_errors_, unauthorized_, forbidden_;

@@ -85,7 +85,8 @@ limit::check_result redis_store::failed(const char* why) {
 std::optional<limit::check_result> redis_store::try_check(const limit::check_request& r) {
     try {
         // A count_rejected denial must reach the store: it is counted there. A query reads it.
-        if (auto denied = r.count_rejected || r.query ? std::nullopt : cache_.find(r, redis_clock::now())) {
+        // An uncached one may have been lifted by a take_back since (on any gateway).
+        if (auto denied = r.count_rejected || r.query || r.uncached ? std::nullopt : cache_.find(r, redis_clock::now())) {
             counters_->deny_cache_hits.add();
             counters_->deny_cache_size.set(cache_.size());
             limit::check_result out;
@@ -128,7 +129,8 @@ boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_requ
             co_return out;
         }
         // A concurrency refusal holds only until some request ends: it is not cached.
-        if (!out.verdict.allowed && !r.count_rejected && !out.verdict.retry_unknown() && generation == generation_) {
+        if (!out.verdict.allowed && !r.count_rejected && !r.uncached && !out.verdict.retry_unknown() &&
+            generation == generation_) {
             cache_.insert(r, out.verdict, asked);
             counters_->deny_cache_size.set(cache_.size());
         }
