@@ -45,12 +45,16 @@ policies:
   reported: )" +
            tiers(10) +
            R"(
+  over: )" +
+           tiers(2) +
+           R"(
 routes:
   - { name: login, match: { path_prefix: /, host: login.test }, policy: login, charge: { on_status: [401] } }
   - { name: api, match: { path_prefix: /, host: api.test }, policy: api, charge: { refund_on: [5xx] } }
   - { name: down, match: { path_prefix: /, host: down.test }, policy: api, upstream: down, charge: { refund_on: 5xx } }
   - { name: held, match: { path_prefix: /, host: held.test }, policy: held, charge: { on_status: 401 } }
   - { name: gone, match: { path_prefix: /, host: gone.test }, policy: gone, charge: { on_status: 401 } }
+  - { name: over, match: { path_prefix: /, host: over.test }, policy: over, charge: { on_status: [401] } }
   - { name: cost, match: { path_prefix: /, host: cost.test }, policy: reported, cost: 2,
       cost_header: X-Request-Cost, max_cost: 6 }
 )";
@@ -173,6 +177,25 @@ void reported_cost_lowers_and_raises(const charged_gateway& g) {
     CHECK(eventually_metric(g.gw->admin_port, settled("reported", "raised"), 2) == 2);
 }
 
+// An operator's override (admin PUT /overrides) gives the caller other tiers: the settlement
+// gives back from those, the tiers its admission was charged in. Good sign-ins cost nothing
+// under the override's limit of 4 as under the policy's own.
+void override_settled_in_its_tiers(const charged_gateway& g) {
+    for (int i = 0; i < 2; ++i) REQUIRE(g.status("over.test", "/status?code=401") == 401);
+    REQUIRE(g.status("over.test", "/status?code=401") == 429);  // the policy's 2 are spent
+    const std::string body =
+        R"({"policy": "over", "tiers": [{"limit": 4, "per": "1h", "algorithm": "log"}], "expires_in": "1h"})";
+    for (const char* who : {"/overrides/ip/127.0.0.1", "/overrides/user/key:charge-test-key"})
+        REQUIRE(fetch(g.gw->admin_port, "PUT", who, {}, body).status == 200);
+    // The override's tiers count afresh once every worker has it: a refused failure costs
+    // nothing, so the first to pass is the 1st of 4.
+    REQUIRE(eventually([&] { return g.status("over.test", "/status?code=401") == 401; }));
+    for (int i = 0; i < 5; ++i) CHECK(g.status("over.test", "/status?code=200") == 200);
+    for (int i = 0; i < 3; ++i) CHECK(g.status("over.test", "/status?code=401") == 401);
+    CHECK(g.status("over.test", "/status?code=401") == 429);
+    CHECK(g.status("over.test", "/status?code=200") == 429);
+}
+
 // Every case on one gateway: each has a policy of its own.
 void run_all(const std::string& store) {
     charged_gateway g(store);
@@ -181,8 +204,9 @@ void run_all(const std::string& store) {
     reserved_while_pending(g);
     left_early_stays_charged(g);
     reported_cost_lowers_and_raises(g);
+    override_settled_in_its_tiers(g);
     const auto m = fetch(g.gw->admin_port, "GET", "/metrics").body;
-    for (const char* p : {"login", "api", "held", "gone", "reported"})
+    for (const char* p : {"login", "api", "held", "gone", "reported", "over"})
         CHECK(metric_value(m, settled(p, "failed")) == 0);
     CHECK(metric_value(m, "sluice_store_errors_total") == 0);
 }
