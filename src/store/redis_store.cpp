@@ -159,6 +159,7 @@ boost::asio::awaitable<void> redis_store::send_batch(std::uint16_t slot, turn_ba
 
 boost::asio::awaitable<bool> redis_store::take_back(limit::check_request r, limit::receipt rc, std::int64_t amount) {
     if (!transport_ || rc.at.size() != r.keys.size() || amount < 1) co_return false;
+    amount = std::min(amount, r.cost);  // never what other admissions added
     try {
         const auto deadline = redis_clock::now() + conn_opts_.timeout;
         if (const auto slot = transport_->slot_of(r, key_prefix_)) {
