@@ -86,7 +86,8 @@ std::optional<limit::check_result> redis_store::try_check(const limit::check_req
     try {
         // A count_rejected denial must reach the store: it is counted there. A query reads it.
         // An uncached one may have been lifted by a take_back since (on any gateway).
-        if (auto denied = r.count_rejected || r.query || r.uncached ? std::nullopt : cache_.find(r, redis_clock::now())) {
+        if (auto denied =
+                r.count_rejected || r.query || r.uncached ? std::nullopt : cache_.find(r, redis_clock::now())) {
             counters_->deny_cache_hits.add();
             counters_->deny_cache_size.set(cache_.size());
             limit::check_result out;
