@@ -248,6 +248,9 @@ void read_upstreams(const node_ref& n, std::vector<upstream_config>& pools);
 // none needs the pool "default").
 void check_upstreams(const node_ref& root, const config& c, const std::vector<route_nodes>& at);
 
+// service.cpp
+void read_service(const node_ref& n, service_config& out);
+
 // load.cpp
 // The single document of `text`; an empty text is an empty (null) document.
 YAML::Node parse_document(const std::string& text, const std::string& name);
