@@ -41,6 +41,10 @@ const char* server_error_name(std::size_t kind);
 
 enum class decision_result : std::size_t { allowed, limited, shadow_limited, count_ };
 const char* to_string(decision_result r);
+// Where a decision was asked: the proxy (server.listen, server.tls.listen) or the HTTP check
+// (service.http_listen).
+enum class listener : std::size_t { proxy, check, count_ };
+const char* to_string(listener l);
 
 // Why a connection was closed before its PROXY protocol header was read (server.proxy_protocol).
 enum class proxy_refusal : std::size_t { untrusted, malformed, timeout, closed, count_ };
@@ -94,8 +98,11 @@ public:
     shard() = default;
 
     void request_done(std::size_t route_slot, unsigned status, double seconds);
-    void decided(std::size_t policy_slot, decision_result r) {
-        decisions_[policy_slot * static_cast<std::size_t>(decision_result::count_) + static_cast<std::size_t>(r)].add();
+    void decided(std::size_t policy_slot, decision_result r, listener l = listener::proxy) {
+        decisions_[(static_cast<std::size_t>(l) * max_slots + policy_slot) *
+                       static_cast<std::size_t>(decision_result::count_) +
+                   static_cast<std::size_t>(r)]
+            .add();
     }
     void store_called(double seconds) { store_duration_.observe(store_buckets, seconds); }
     void store_failed() { store_errors_.add(); }
@@ -127,7 +134,10 @@ private:
     friend class registry;
     static constexpr std::size_t classes = 5;           // 1xx..5xx
     std::array<cell, max_slots * classes> requests_{};  // route slot * classes + class
-    std::array<cell, max_slots* static_cast<std::size_t>(decision_result::count_)> decisions_{};
+    // (listener * max_slots + policy slot) * results + result
+    std::array<cell, static_cast<std::size_t>(listener::count_) *
+                         max_slots* static_cast<std::size_t>(decision_result::count_)>
+        decisions_{};
     histogram_cells<duration_buckets.size()> duration_;
     histogram_cells<store_buckets.size()> store_duration_;
     cell store_errors_, unauthorized_, forbidden_;

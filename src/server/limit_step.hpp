@@ -28,8 +28,10 @@ public:
     // the policy lacks, store_down). An admitted request meeting a concurrency tier holds
     // its slots until release(); a store error gives them back at once. The references
     // are the session's, alive until the step completes.
+    // `from`: the listener that asked (the decision's metric label).
     boost::asio::awaitable<void> decide(std::shared_ptr<const snapshot> snap, const route::route* r,
-                                        const identity::caller& who, limit::outcome& out);
+                                        const identity::caller& who, limit::outcome& out,
+                                        metrics::listener from = metrics::listener::proxy);
     // The upstream reported `extra` cost beyond the route's (cost_header): charged to the
     // identifiers of the last decide() as the response head arrives, counted even past
     // their limits (the response is relayed whatever the charge leaves), so that the next
