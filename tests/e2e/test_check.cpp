@@ -18,10 +18,10 @@ std::uint16_t check_port_of(const gateway& gw) {
 
 // A gateway with the check on a port of its own; `extra` adds sections (policies, routes...).
 struct check_fixture {
-    explicit check_fixture(const std::string& extra, yaml_overrides o = {}) {
+    explicit check_fixture(const std::string& extra, yaml_overrides o = {}, env_list env = {}) {
         up = start_upstream();
         o.emplace_back("service.http_listen", "\"127.0.0.1:0\"");
-        gw = start_gateway(gateway_yaml(up->port, o, extra));
+        gw = start_gateway(gateway_yaml(up->port, o, extra), {}, std::move(env));
         port = check_port_of(*gw);
     }
     std::unique_ptr<upstream_server> up;
@@ -226,4 +226,71 @@ TEST_CASE("check: one limit counted across the proxy path of one gateway and /ch
     const auto a = std::stoll(refused.header("Retry-After")), b = std::stoll(checked.header("Retry-After"));
     CHECK(std::abs(a - b) <= 1);
     CHECK(boost::json::parse(fetch(up->port, "GET", "/stats").body).as_object().at("requests").to_number<int>() == 1);
+}
+
+TEST_CASE(
+    "check: the original's credentials and fields identify the caller, shadow, concurrency and /top as on the "
+    "gateway") {
+    const std::string secret = "e2e-secret-for-check";
+    check_fixture f(R"(
+clients:
+  user:
+    api_key_header: X-API-Key
+    jwt: { algorithms: [HS256], secret_env: SLUICE_E2E_JWT }
+policies:
+  p:
+    ip: [ {limit: 100, per: 1h, algorithm: log} ]
+    user: [ {limit: 2, per: 1h, algorithm: log} ]
+  tenant:
+    header:X-Tenant: [ {limit: 1, per: 1h, algorithm: log} ]
+    on_missing: { header:X-Tenant: refuse }
+  trial: { shadow: true, ip: [ {limit: 1, per: 1h, algorithm: log} ] }
+  inflight: { ip: [ {concurrency: 1, lease: 3s} ] }
+routes:
+  - { match: { path_prefix: /users }, policy: p }
+  - { match: { path_prefix: /tenants }, policy: tenant }
+  - { match: { path_prefix: /trial }, policy: trial }
+  - { match: { path_prefix: /slots }, policy: inflight }
+)",
+                    {}, {{"SLUICE_E2E_JWT", secret}});
+    // The user named by the original's API key or JWT, whatever the address.
+    CHECK(f.check("/users/1", "192.0.2.1", {{"X-API-Key", "key-a"}}).status == 200);
+    CHECK(f.check("/users/2", "192.0.2.2", {{"X-API-Key", "key-a"}}).status == 200);
+    const auto user_refused = f.check("/users/3", "192.0.2.3", {{"X-API-Key", "key-a"}});
+    CHECK(user_refused.status == 429);
+    CHECK(user_refused.header("RateLimit-Policy").find(R"("user-1h";q=2;w=3600)") != std::string::npos);
+    CHECK(f.check("/users/4", "192.0.2.3", {{"X-API-Key", "key-b"}}).status == 200);
+    const auto expired =
+        f.check("/users/5", "192.0.2.3", {{"Authorization", "Bearer " + hs256_token(secret, "carol", -3600)}});
+    CHECK(expired.status == 401);
+    CHECK(json_of(expired).at("error").as_string() == "unauthorized");
+
+    // header: kinds read from the original's fields; a missing one the policy refuses is a 400.
+    CHECK(f.check("/tenants/x", "192.0.2.1", {{"X-Tenant", "acme"}}).status == 200);
+    CHECK(f.check("/tenants/x", "192.0.2.2", {{"X-Tenant", "acme"}}).status == 429);
+    const auto missing = f.check("/tenants/x", "192.0.2.1");
+    CHECK(missing.status == 400);
+    CHECK(json_of(missing).at("error").as_string() == "missing_identifier");
+
+    // A shadow policy admits and says nothing, as the gateway does; counted shadow_limited.
+    for (int i = 0; i < 3; ++i) {
+        const auto r = f.check("/trial", "192.0.2.9");
+        CHECK(r.status == 200);
+        CHECK_FALSE(r.has_header("RateLimit"));
+    }
+    CHECK(metric_value(
+              f.metrics(),
+              R"(sluice_rate_limit_decisions_total{policy="trial",result="shadow_limited",listener="check"})") == 2);
+
+    // A concurrency slot is held until the check's answer is written: one check after another
+    // each finds the slot free again.
+    for (int i = 0; i < 3; ++i) {
+        REQUIRE(eventually([&] { return metric_value(f.metrics(), "sluice_concurrency_slots_held") == 0; }));
+        CHECK(f.check("/slots", "192.0.2.9").status == 200);
+    }
+
+    // Who the checks refused is in /top, as on the gateway path.
+    const auto top = fetch(f.gw->admin_port, "GET", "/top").body;
+    CHECK(top.find("tenant") != std::string::npos);
+    CHECK(f.upstream_requests() == 0);
 }
