@@ -48,7 +48,8 @@ inline constexpr failure check_no_uri{400, "bad_request",
                                       "the check needs the original request's URI: X-Original-URI or X-Forwarded-Uri"};
 inline constexpr failure check_no_client{
     400, "bad_request", "the check needs the client's address: X-Forwarded-For or X-Real-IP, a valid IP address"};
-inline constexpr failure check_twice{400, "bad_request", "a field that describes the original request is given twice"};
+inline constexpr failure check_twice{
+    400, "bad_request", "a field that describes the original request is given twice, or differently by its two names"};
 inline constexpr failure check_bad_method{400, "bad_request", "the original request's method is not a valid method"};
 inline constexpr failure connect_refused{405, "method_not_allowed", "CONNECT is not supported"};
 inline constexpr failure bad_method{400, "bad_request", "methods are case-sensitive: write it in upper case"};

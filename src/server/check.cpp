@@ -36,11 +36,17 @@ bool single(const http::message_head& h, std::string_view name, std::string_view
     return true;
 }
 
-// The first of two fields that is given ("" when neither); false when either is given twice.
+// The value of a field that has two names (nginx's X-Original-*, Traefik's X-Forwarded-*; ""
+// when neither is given); false when either is given twice, or both with different values:
+// a proxy sets one and passes the client's other on, so a client must not choose by sending
+// the name its proxy does not set.
 bool either(const http::message_head& h, std::string_view first, std::string_view second, std::string_view& out) {
     std::string_view a, b;
     if (!single(h, first, a) || !single(h, second, b)) return false;
-    out = base::trim(a.empty() ? b : a);
+    a = base::trim(a);
+    b = base::trim(b);
+    if (!a.empty() && !b.empty() && a != b) return false;
+    out = a.empty() ? b : a;
     return true;
 }
 
