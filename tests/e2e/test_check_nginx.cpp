@@ -106,3 +106,37 @@ routes:
     CHECK(metric_value(metrics, R"(sluice_rate_limit_decisions_total{policy="p",result="limited",listener="check"})") ==
           2);
 }
+
+TEST_CASE("nginx auth_request through /check: a 401 of the check stays a 401, a 400 a 400") {
+    const std::string secret = "e2e-secret-for-nginx";
+    auto up = start_upstream();
+    auto gw = start_gateway(gateway_yaml(up->port, {{"service.http_listen", "\"127.0.0.1:0\""}}, R"(
+clients:
+  user:
+    jwt: { algorithms: [HS256], secret_env: SLUICE_E2E_JWT }
+policies:
+  p:
+    user: [ {limit: 5, per: 1h, algorithm: log} ]
+    header:X-Tenant: [ {limit: 5, per: 1h, algorithm: log} ]
+    on_missing: { header:X-Tenant: refuse }
+routes:
+  - { match: { path_prefix: /api }, policy: p }
+)"),
+                            {}, {{"SLUICE_E2E_JWT", secret}});
+    const auto m = gw->proc->wait_for_line(R"(check listening on 127\.0\.0\.1:([0-9]+))");
+    nginx_front nginx(static_cast<std::uint16_t>(std::stoi(m[1])), up->port);
+
+    const auto ok = fetch(nginx.port, "GET", "/api/a",
+                          {{"Authorization", "Bearer " + hs256_token(secret, "alice", 600)}, {"X-Tenant", "acme"}});
+    CHECK(ok.status == 200);
+    CHECK(ok.header("RateLimit-Policy").find(R"("user-1h";q=5;w=3600)") != std::string::npos);
+    const auto expired =
+        fetch(nginx.port, "GET", "/api/a",
+              {{"Authorization", "Bearer " + hs256_token(secret, "bob", -3600)}, {"X-Tenant", "acme"}});
+    CHECK(expired.status == 401);
+    const auto no_tenant =
+        fetch(nginx.port, "GET", "/api/a", {{"Authorization", "Bearer " + hs256_token(secret, "alice", 600)}});
+    CHECK(no_tenant.status == 400);
+    CHECK(json_of(no_tenant).at("error").as_string() == "bad_request");
+    CHECK(boost::json::parse(fetch(up->port, "GET", "/stats").body).as_object().at("requests").to_number<int>() == 1);
+}
