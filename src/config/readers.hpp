@@ -3,8 +3,9 @@
 //
 // The scalar parsers (scalars.cpp) return a value or the reason it was refused; the typed
 // readers (readers.cpp) turn that reason into a config_error at the value's position; the
-// section readers (sections.cpp, upstreams.cpp, store.cpp, clients.cpp, limits.cpp, routes.cpp) read one
-// part of the file each; load.cpp reads the whole file and runs the checks across sections.
+// section readers (sections.cpp, upstreams.cpp, store.cpp, clients.cpp, limits.cpp, routes.cpp,
+// service.cpp) read one part of the file each; load.cpp reads the whole file and runs the
+// checks across sections.
 #pragma once
 
 #include <chrono>
