@@ -420,20 +420,34 @@ struct plan_config {
     bool operator==(const plan_config&) const = default;
 };
 
+// routes[].charge: the outcomes a request is charged for, by its answer's status (the
+// upstream's, or Sluice's own after the admission). A request is admitted at its cost as
+// always; its charge is then settled: kept when charged(status), else given back.
+struct charge_config {
+    std::optional<status_set> on_status;  // charged only with these; unset: any status
+    status_set refund_on;                 // never charged with these (empty: none)
+
+    bool charged(unsigned status) const {
+        return (!on_status || on_status->contains(status)) && !refund_on.contains(status);
+    }
+    bool operator==(const charge_config&) const = default;
+};
+
 struct route_config {
-    std::string name;                  // metrics label; default: the path, or path_prefix + "*"
-    std::string path;                  // exact match, or
-    std::string path_prefix;           // prefix match (exactly one of the two is set)
-    std::vector<std::string> methods;  // upper case; empty = any
-    std::string host;                  // lower case, exact; "" = any
-    bool case_insensitive = false;     // compare paths ASCII-lowercased (upstreams that ignore case)
-    std::string policy;                // a policy name, or "none" (unlimited)
-    std::int64_t cost = 1;             // >= 1 and <= every tier's limit (and gcra burst) of the policy
-    std::string cost_header;           // the upstream's response field reporting the request's cost ("" = none)
-    std::int64_t max_cost = 0;         // with cost_header: the most charged (>= cost, fits like cost)
-    std::string path_at;               // "FILE:LINE:COLUMN: routes[i].match.path": for the router's errors
-    std::string host_at;               // "FILE:LINE:COLUMN: routes[i].match.host": for the TLS warning
-    std::string upstream;              // a pool of `upstreams` ("" = "default", the upstream: block)
+    std::string name;                     // metrics label; default: the path, or path_prefix + "*"
+    std::string path;                     // exact match, or
+    std::string path_prefix;              // prefix match (exactly one of the two is set)
+    std::vector<std::string> methods;     // upper case; empty = any
+    std::string host;                     // lower case, exact; "" = any
+    bool case_insensitive = false;        // compare paths ASCII-lowercased (upstreams that ignore case)
+    std::string policy;                   // a policy name, or "none" (unlimited)
+    std::int64_t cost = 1;                // >= 1 and <= every tier's limit (and gcra burst) of the policy
+    std::string cost_header;              // the upstream's response field reporting the request's cost ("" = none)
+    std::int64_t max_cost = 0;            // with cost_header: the most charged (>= cost, fits like cost)
+    std::optional<charge_config> charge;  // unset: every admitted request is charged
+    std::string path_at;                  // "FILE:LINE:COLUMN: routes[i].match.path": for the router's errors
+    std::string host_at;                  // "FILE:LINE:COLUMN: routes[i].match.host": for the TLS warning
+    std::string upstream;                 // a pool of `upstreams` ("" = "default", the upstream: block)
 
     bool operator==(const route_config&) const = default;
 };

@@ -91,6 +91,10 @@ inline constexpr std::string_view cost_header_needs_max_cost =
     "cost_header needs max_cost (the most one request may be charged)";
 inline constexpr std::string_view max_cost_needs_cost_header = "max_cost applies with cost_header only";
 inline constexpr std::string_view cost_header_needs_policy = "cost_header needs a route with a policy (not none)";
+inline constexpr std::string_view charge_needs_policy = "charge needs a route with a policy (not none)";
+inline constexpr std::string_view charge_needs_a_rule = "expected on_status, refund_on or both";
+inline constexpr std::string_view charge_never =
+    "refunds every status on_status charges: no request would ever be charged";
 inline constexpr std::string_view plan_needs_user_source =
     "plans apply to users: set clients.user.api_key_header or clients.user.jwt";
 inline constexpr std::string_view cost_header_framing =
@@ -235,12 +239,14 @@ void check_plans(const config& c);
 // routes.cpp
 // Where a route names its policy, cost and pool: checked once every policy and pool is known.
 struct route_nodes {
-    std::optional<node_ref> route, policy, cost, cost_header, max_cost, upstream;
+    std::optional<node_ref> route, policy, cost, cost_header, max_cost, upstream, charge;
 };
 void read_routes(const node_ref& n, std::vector<route_config>& out, std::vector<route_nodes>& at);
 void check_routes(const config& c, const std::vector<route_nodes>& at);
 
 // upstreams.cpp
+// A status (200), a class ("5xx") or a non-empty list of them.
+status_set read_status_set(const node_ref& v);
 // The upstream: block, the pool "default", first in `pools`.
 void read_upstream(const node_ref& n, std::vector<upstream_config>& pools);
 // upstreams.<name>, in file order after any pool read before.

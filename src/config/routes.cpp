@@ -45,6 +45,25 @@ bool is_framing_field(std::string_view name) {
     return std::find(framing.begin(), framing.end(), lower) != framing.end();
 }
 
+// routes[].charge: on_status, refund_on or both; some status must stay charged.
+charge_config read_charge(const node_ref& n) {
+    charge_config c;
+    std::optional<node_ref> refund_on;
+    read_mapping(n, {
+                        {"on_status", [&](const node_ref& v) { c.on_status = read_status_set(v); }},
+                        {"refund_on",
+                         [&](const node_ref& v) {
+                             c.refund_on = read_status_set(v);
+                             refund_on = v;
+                         }},
+                    });
+    if (!c.on_status && !refund_on) n.fail(charge_needs_a_rule);
+    bool some = false;
+    for (unsigned status = 100; status <= 599 && !some; ++status) some = c.charged(status);
+    if (!some) refund_on->fail(charge_never);
+    return c;
+}
+
 route_config read_route(const node_ref& n, route_nodes& at) {
     route_config r;
     at.route = n;
@@ -77,6 +96,11 @@ route_config read_route(const node_ref& n, route_nodes& at) {
                          [&](const node_ref& v) {
                              r.max_cost = read_count(v);
                              at.max_cost = v;
+                         }},
+                        {"charge",
+                         [&](const node_ref& v) {
+                             r.charge = read_charge(v);
+                             at.charge = v;
                          }},
                     });
     if (r.name.empty()) r.name = r.path.empty() ? r.path_prefix + "*" : r.path;
@@ -124,6 +148,7 @@ void check_routes(const config& c, const std::vector<route_nodes>& at) {
         const route_config& r = c.routes[i];
         if (r.policy == "none") {
             if (at[i].cost_header) at[i].cost_header->fail_at_key(cost_header_needs_policy);
+            if (at[i].charge) at[i].charge->fail_at_key(charge_needs_policy);
             continue;
         }
         const policy_config* p = c.find_policy(r.policy);

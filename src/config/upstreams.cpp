@@ -80,17 +80,6 @@ std::pair<unsigned, unsigned> read_status_item(const node_ref& v) {
     return {status, status};
 }
 
-status_set read_status_set(const node_ref& v) {
-    status_set out;
-    if (v.node().IsScalar()) {
-        out.ranges.push_back(read_status_item(v));
-        return out;
-    }
-    if (v.node().IsMap()) v.fail(bad_status);
-    read_list(v, empty_list::refused, [&](const node_ref& item) { out.ranges.push_back(read_status_item(item)); });
-    return out;
-}
-
 // "20%", or 20.
 unsigned read_percentage(const node_ref& v) {
     std::string_view s = v.scalar(bad_percentage);
@@ -225,6 +214,17 @@ bool has_pool(const std::vector<upstream_config>& pools, std::string_view name) 
 }
 
 }  // namespace
+
+status_set read_status_set(const node_ref& v) {
+    status_set out;
+    if (v.node().IsScalar()) {
+        out.ranges.push_back(read_status_item(v));
+        return out;
+    }
+    if (v.node().IsMap()) v.fail(bad_status);
+    read_list(v, empty_list::refused, [&](const node_ref& item) { out.ranges.push_back(read_status_item(item)); });
+    return out;
+}
 
 void read_upstream(const node_ref& n, std::vector<upstream_config>& pools) {
     if (has_pool(pools, "default"))

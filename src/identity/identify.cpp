@@ -114,8 +114,7 @@ void read_query(const kind_names& names, std::string_view target, caller& out) {
     out.ambiguous_queries.clear();
     const auto q = target.find('?');
     if (q == std::string_view::npos) return;
-    std::string_view rest = target.substr(q + 1);
-    rest = rest.substr(0, rest.find('#'));
+    std::string_view rest = target.substr(q + 1);  // no '#': route::parse_target refuses one
     std::string key, value;
     while (!rest.empty()) {
         const auto amp = rest.find('&');

@@ -374,7 +374,7 @@ void take_back_log(tier_state& s, usec at, std::int64_t amount) {
 // wait behind it) absorbed part of its interval: at most clock - at in all, clock the key's
 // last commit. That much stays, or a take-back could admit more than exact.
 void take_back_gcra(const tier& t, tier_state& s, usec at, usec clock, usec present, std::int64_t amount) {
-    const usec give = amount * t.interval - (clock - at);
+    const usec give = amount * t.interval - std::max<usec>(0, clock - at);
     if (s.data.empty() || s.data[0] <= present || give <= 0) return;
     s.data[0] = std::max(s.data[0] - give, present);
 }

@@ -41,6 +41,8 @@ struct check_request {
     std::uint64_t lease = 0;      // the slot an admission takes in each concurrency tier (0: none), below 2^53
     bool want_receipt = false;    // an admission returns its receipt (check_result::taken), for store::take_back
     bool query = false;           // check only: nothing is written (the admin's view of one identifier)
+    bool uncached = false;        // never answered from a local cache of denials: its tiers' state may shrink
+                                  // (charges settled at the response give back)
 };
 
 // Lease ids for the slots of concurrency tiers: random (gateways draw them independently),
@@ -85,13 +87,12 @@ public:
     virtual void change_lease(const check_request& r, lease_change c) = 0;
     // Takes back `amount` (0 < amount <= r.cost) of the admission of `r` that returned
     // receipt `rc`, from its rate tiers: the counts it added to its buckets, its log entries,
-    // the emission interval it added to a gcra tier (never moving it behind the present), and
-    // its min_interval mark if no admission followed. Exact whatever ran since; leases are
-    // left to change_lease. False when the store could not (its outcome is then unknown).
-    virtual boost::asio::awaitable<bool> take_back(check_request r, receipt rc, std::int64_t amount) {
-        (void)r, (void)rc, (void)amount;
-        co_return false;  // TODO(issue 25): every store overrides it
-    }
+    // the emission interval it added to a gcra tier (less what commits since absorbed of it,
+    // never behind the present: limit::take_back), and its min_interval mark if no admission
+    // followed. Exact whatever ran since (gcra: never more admitted than exact); leases are
+    // left to change_lease. False when the store could not (its outcome is then unknown), or
+    // for an amount below 1; an amount above r.cost takes r.cost.
+    virtual boost::asio::awaitable<bool> take_back(check_request r, receipt rc, std::int64_t amount) = 0;
     // Forgets the state of r's tiers for r's identifiers (the admin's DELETE /identities):
     // they start afresh (a concurrency tier's slots are freed: requests in flight then hold
     // none). False when the store could not.

@@ -31,6 +31,17 @@ const char* server_error_name(std::size_t kind) {
     return kind == server_error_5xx ? "5xx" : to_string(static_cast<upstream_error>(kind));
 }
 
+const char* to_string(settlement s) {
+    switch (s) {
+        case settlement::charged: return "charged";
+        case settlement::refunded: return "refunded";
+        case settlement::raised: return "raised";
+        case settlement::failed: return "failed";
+        case settlement::count_: break;
+    }
+    return "";
+}
+
 const char* to_string(decision_result r) {
     switch (r) {
         case decision_result::allowed: return "allowed";
@@ -450,6 +461,21 @@ std::string registry::scrape() const {
                                                    sum));
             }
     out.push_back(std::move(decisions));
+
+    constexpr auto settled = static_cast<std::size_t>(settlement::count_);
+    auto settlements = family("sluice_charge_settlements_total",
+                              "Charges settled at the response on routes with charge or cost_header, by policy and "
+                              "result (charged: kept as reserved; refunded: some or all given back; raised: more "
+                              "charged; failed: the store failed, the charge stood).",
+                              MetricType::Counter);
+    for (std::size_t p = 0; p < policies_.size(); ++p)
+        for (std::size_t r = 0; r < settled; ++r) {
+            std::uint64_t sum = 0;
+            for (const auto& s : shards_) sum += s->settlements_[p * settled + r].get();
+            settlements.metric.push_back(
+                counter({{"policy", policies_[p]}, {"result", to_string(static_cast<settlement>(r))}}, sum));
+        }
+    out.push_back(std::move(settlements));
 
     auto store_duration = family("sluice_store_call_duration_seconds", "Time a rate-limit decision took in the store.",
                                  MetricType::Histogram);

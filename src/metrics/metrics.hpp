@@ -46,6 +46,12 @@ const char* to_string(decision_result r);
 enum class listener : std::size_t { proxy, check, count_ };
 const char* to_string(listener l);
 
+// How the charge of a request on a route that settles it (routes[].charge, cost_header)
+// moved once its outcome was known: it stood, part or all was given back, more was
+// charged, or the store failed (the charge then stood).
+enum class settlement : std::size_t { charged, refunded, raised, failed, count_ };
+const char* to_string(settlement s);
+
 // Why a connection was closed before its PROXY protocol header was read (server.proxy_protocol).
 enum class proxy_refusal : std::size_t { untrusted, malformed, timeout, closed, count_ };
 const char* to_string(proxy_refusal r);
@@ -104,6 +110,9 @@ public:
                    static_cast<std::size_t>(r)]
             .add();
     }
+    void settled(std::size_t policy_slot, settlement s) {
+        settlements_[policy_slot * static_cast<std::size_t>(settlement::count_) + static_cast<std::size_t>(s)].add();
+    }
     void store_called(double seconds) { store_duration_.observe(store_buckets, seconds); }
     void store_failed() { store_errors_.add(); }
     void unauthorized() { unauthorized_.add(); }
@@ -138,6 +147,7 @@ private:
     std::array<cell, static_cast<std::size_t>(listener::count_) *
                          max_slots* static_cast<std::size_t>(decision_result::count_)>
         decisions_{};
+    std::array<cell, max_slots* static_cast<std::size_t>(settlement::count_)> settlements_{};
     histogram_cells<duration_buckets.size()> duration_;
     histogram_cells<store_buckets.size()> store_duration_;
     cell store_errors_, unauthorized_, forbidden_;

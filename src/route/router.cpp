@@ -72,11 +72,16 @@ router::router(const config::config& c, const std::vector<limit::policy>& polici
         r.cost = rc.cost;
         r.cost_header = rc.cost_header;
         r.max_cost = rc.max_cost;
+        r.charge = rc.charge;
         if (const auto* u = c.find_upstream(rc.upstream)) r.upstream = static_cast<std::size_t>(u - c.upstreams.data());
         for (const auto& p : policies)
             if (p.name == rc.policy) r.limits = &p;
         routes_.push_back(std::move(r));
     }
+    for (auto& r : routes_)
+        for (const auto& other : routes_)
+            if (r.limits && other.limits == r.limits && (other.charge || !other.cost_header.empty()))
+                r.policy_settles = true;
 }
 
 const route* router::match(std::string_view method, std::string_view host_header, const request_target& t) const {

@@ -7,6 +7,7 @@
 #include "limit/policy.hpp"
 #include "route/target.hpp"
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,8 +23,12 @@ struct route {
     bool case_insensitive = false;          // path and path_prefix are then lower case
     const limit::policy* limits = nullptr;  // null: unlimited
     std::int64_t cost = 1;
-    std::string cost_header;      // the upstream reports the request's whole cost here ("" = none)
-    std::int64_t max_cost = 0;    // the most a report is taken as
+    std::string cost_header;                      // the upstream reports the request's whole cost here ("" = none)
+    std::int64_t max_cost = 0;                    // the most a report is taken as
+    std::optional<config::charge_config> charge;  // unset: every admitted request is charged
+    // Some route under the same policy settles its charge at the response (charge or
+    // cost_header): the policy's counts may be given back, so its denials are not cached.
+    bool policy_settles = false;
     std::size_t metric_slot = 0;  // index for per-route metrics
     std::size_t upstream = 0;     // its pool: an index into config::upstreams
 };

@@ -209,6 +209,9 @@ const char* parse_target(std::string_view method, std::string_view raw, request_
         for (const char ch : query) {
             const auto c = static_cast<unsigned char>(ch);
             if (c <= 0x20 || c == 0x7f) return bad_query_byte;
+            // Some servers end the query there, others not: a query: limit and the upstream
+            // could read different values.
+            if (ch == '#') return fragment;
         }
         out.query.assign(query);
     }

@@ -64,6 +64,7 @@ void access_log::lane::write(const access_record& r) {
         add_number(R"(,"attempts":)", r.attempts);
     }
     if (r.upstream_us >= 0) add_number(R"(,"upstream_us":)", r.upstream_us);
+    if (r.cost >= 0) add_number(R"(,"cost":)", r.cost);
     add_number(R"(,"total_us":)", r.total_us);
     if (!r.tls_version.empty()) {
         add_string(R"(,"tls_version":)", r.tls_version);

@@ -41,6 +41,7 @@ struct access_record {
     unsigned status = 0;
     std::uint64_t bytes_in = 0, bytes_out = 0;  // body bytes from and to the client
     std::int64_t upstream_us = -1;              // request sent to response head; -1: not asked
+    std::int64_t cost = -1;                     // charged in the end, on a route that settles it; -1: none
     std::string_view upstream, upstream_addr;   // the pool and the server of the last attempt; "" = none
     unsigned attempts = 0;                      // servers tried (a retry elsewhere makes 2)
     std::int64_t total_us = 0;                  // first byte of the request to the response

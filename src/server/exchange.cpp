@@ -17,6 +17,7 @@
 #include <array>
 #include <charconv>
 #include <limits>
+#include <optional>
 
 namespace sluice::server {
 
@@ -32,11 +33,10 @@ namespace fail = http::fail;
 
 namespace {
 
-// What a response's cost fields charge beyond the route's cost: the largest value that is a
-// plain decimal number (a second field cannot lower the first), taken up to max_cost, minus
-// the cost already paid. No such field charges nothing.
-std::int64_t reported_charge(const http::message_head& resp, const route::route& r) {
-    std::uint64_t most = 0;
+// The cost a response's cost fields report: the largest value that is a plain decimal number
+// (a second field cannot lower the first), taken up to max_cost. No such field: none.
+std::optional<std::int64_t> reported_cost(const http::message_head& resp, const route::route& r) {
+    std::optional<std::uint64_t> most;
     for (const auto& f : resp.fields()) {
         if (!boost::beast::iequals(resp.name(f), r.cost_header)) continue;
         const std::string_view value = resp.value(f);
@@ -46,10 +46,10 @@ std::int64_t reported_charge(const http::message_head& resp, const route::route&
             n = std::numeric_limits<std::uint64_t>::max();
         else if (ec != std::errc() || end != value.data() + value.size())
             continue;
-        most = std::max(most, n);
+        most = std::max(most.value_or(0), n);
     }
-    const auto cost = static_cast<std::int64_t>(std::min<std::uint64_t>(most, static_cast<std::uint64_t>(r.max_cost)));
-    return std::max<std::int64_t>(0, cost - r.cost);
+    if (!most) return std::nullopt;
+    return static_cast<std::int64_t>(std::min<std::uint64_t>(*most, static_cast<std::uint64_t>(r.max_cost)));
 }
 
 awaitable<error_code> wait_readable(tls::stream& s) {
@@ -391,6 +391,7 @@ awaitable<after> session::relay_response() {
             co_return co_await respond(fail::upstream_unasked_101);
         }
         req_.status = 101;
+        co_await settle(101);
         out_.clear();
         proxy::write_response_head(out_, resp_, {.upgrade = true}, body_framing::none, 0);
         if (!co_await relay_.write_all(client_, out_, cfg_->server.idle_timeout))
@@ -406,11 +407,10 @@ awaitable<after> session::relay_response() {
                          : head_.version >= 11 ? body_framing::chunked
                                                : body_framing::until_close;
     const bool keep = may_keep_alive() && framing != body_framing::until_close;
-    if (!cost_header().empty()) {
-        // Charged now, before the body: a long response is not served on credit.
-        req_.charge = reported_charge(resp_, *req_.route);
-        co_await limits_.charge(req_.charge, req_.outcome.decision);
-    }
+    // Settled now, before the client sees the head (a refund is in place for its next
+    // request) or the body (a long response is not served on credit).
+    if (!cost_header().empty()) req_.reported_cost = reported_cost(resp_, *req_.route);
+    co_await settle(status);
     out_.clear();
     proxy::write_response_head(out_, resp_,
                                {.head_request = head_.method == bhttp::verb::head,

@@ -78,7 +78,7 @@ void request_state::reset(std::size_t unmatched_slot) {
     status = 0;
     open = false;
     early_answer = false;
-    charge = 0;
+    reported_cost.reset();
     body.clear();
 }
 
@@ -293,6 +293,7 @@ awaitable<session::head_status> session::read_head() {
         cfg_ = snap_->cfg.get();
     }
     req_.reset(snap_->unmatched_slot);
+    limits_.clear_charge();
     if (c_.check) {
         orig_.clear();
         req_.route_slot = snap_->check_slot;  // checks are counted apart from proxied requests
@@ -382,7 +383,13 @@ http::connection session::connection_of(bool keep) const {
 // gracefully: the client gets the answer even while still sending a body we won't read.
 awaitable<after> session::respond(const failure& f, std::string_view extra) {
     req_.status = f.status;
-    if (f.status == fail::client_gone.status) co_return after::close;  // no one to tell
+    if (f.status == fail::client_gone.status) {
+        // No one to tell. The outcome is unknown (the upstream may have done the work):
+        // unless an answer settled it already, the reservation stands.
+        if (!limits_.settled()) co_await limits_.settle(limits_.charged());
+        co_return after::close;
+    }
+    co_await settle(f.status);
     const bool keep = keeps_connection(f) && may_keep_alive();
     out_.clear();
     http::write_failure(out_, f, connection_of(keep), extra);
@@ -404,6 +411,14 @@ awaitable<after> session::respond_blocked() {
     out_.clear();
     http::write_blocked(out_, req_.route->limits->name, req_.outcome.retry_after_s, connection_of(keep));
     co_return co_await send_own_answer(keep);
+}
+
+awaitable<void> session::settle(unsigned status) {
+    if (!limits_.settling()) co_return;
+    const route::route& r = *req_.route;
+    const bool charged = !r.charge || r.charge->charged(status);
+    const std::int64_t cost = charged ? req_.reported_cost.value_or(r.cost) : 0;
+    co_await limits_.settle(cost);
 }
 
 // Every answer Sluice gives itself has one write deadline, server.header_timeout: a few
@@ -454,6 +469,7 @@ void session::end_request() {
     r.bytes_in = req_sink_.bytes;
     r.bytes_out = resp_sink_.bytes;
     r.upstream_us = req_.upstream_us;
+    r.cost = limits_.charged();
     if (req_.attempts > 0) {
         r.upstream = req_.upstream->name();
         r.upstream_addr = req_.upstream_addr;

@@ -81,16 +81,16 @@ struct request_state {
     std::string refusal;  // why the identify phase refused the credentials (401)
     limit::outcome outcome;
     http::clock::time_point started{};
-    std::int64_t upstream_us = -1;             // request sent to response head; -1: not asked
-    const upstream::pool* upstream = nullptr;  // the pool of the attempts (kept alive by the snapshot)
-    std::string upstream_addr;                 // the server of the last attempt
-    unsigned attempts = 0;                     // servers tried
-    unsigned status = 0;                       // the answer's status; 0 until one was chosen
-    bool open = false;                         // a request began and is not yet logged
-    bool early_answer = false;                 // the upstream answered before taking the whole body
-    std::int64_t charge = 0;                   // cost the upstream reported beyond the route's (cost_header)
-    proxy::body_deadline body_deadline;        // when the request body must have arrived
-    std::string body;                          // the request body read ahead (request_buffering)
+    std::int64_t upstream_us = -1;              // request sent to response head; -1: not asked
+    const upstream::pool* upstream = nullptr;   // the pool of the attempts (kept alive by the snapshot)
+    std::string upstream_addr;                  // the server of the last attempt
+    unsigned attempts = 0;                      // servers tried
+    unsigned status = 0;                        // the answer's status; 0 until one was chosen
+    bool open = false;                          // a request began and is not yet logged
+    bool early_answer = false;                  // the upstream answered before taking the whole body
+    std::optional<std::int64_t> reported_cost;  // the cost the upstream reported (cost_header), up to max_cost
+    proxy::body_deadline body_deadline;         // when the request body must have arrived
+    std::string body;                           // the request body read ahead (request_buffering)
 
     void reset(std::size_t unmatched_slot);
 };
@@ -135,6 +135,9 @@ private:
     boost::asio::awaitable<after> respond(const failure& f, std::string_view extra = {});
     boost::asio::awaitable<after> respond_limited();
     boost::asio::awaitable<after> respond_blocked();
+    // The answer's status is `status`: the request's charge is settled (limit_step::settle)
+    // at what its route charges for that outcome.
+    boost::asio::awaitable<void> settle(unsigned status);
     boost::asio::awaitable<after> send_own_answer(bool keep);
     boost::asio::awaitable<void> linger();
     void end_request();

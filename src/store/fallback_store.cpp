@@ -70,7 +70,7 @@ boost::asio::awaitable<bool> fallback_store::take_back(limit::check_request r, l
     try {
         limit::check_request local = r;
         local.keys = local_keys(r);
-        local_.take_back_now(local, rc, amount);
+        if (!local_.take_back_now(local, rc, amount)) co_return false;
     } catch (const std::exception&) {
         co_return false;
     }

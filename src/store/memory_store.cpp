@@ -217,7 +217,9 @@ boost::asio::awaitable<bool> memory_store::reset(limit::check_request r) {
     co_return done;
 }
 
-void memory_store::take_back_now(const limit::check_request& r, const limit::receipt& rc, std::int64_t amount) {
+bool memory_store::take_back_now(const limit::check_request& r, const limit::receipt& rc, std::int64_t amount) {
+    if (amount < 1) return false;
+    amount = std::min(amount, r.cost);  // never what other admissions added
     locked(r, [&](limit::usec now) {
         const std::size_t n = std::min<std::size_t>(r.keys.size(), 8);
         std::array<limit::key_request, 8> reqs;
@@ -229,11 +231,11 @@ void memory_store::take_back_now(const limit::check_request& r, const limit::rec
         }
         limit::take_back(std::span(reqs.data(), n), now, amount, rc, amount >= r.cost);
     });
+    return true;
 }
 
 boost::asio::awaitable<bool> memory_store::take_back(limit::check_request r, limit::receipt rc, std::int64_t amount) {
-    take_back_now(r, rc, amount);
-    const bool done = true;
+    const bool done = take_back_now(r, rc, amount);
     co_return done;
 }
 

@@ -42,8 +42,9 @@ public:
     boost::asio::awaitable<limit::check_result> check(limit::check_request r) override;
     void change_lease(const limit::check_request& r, limit::lease_change c) override;
     boost::asio::awaitable<bool> take_back(limit::check_request r, limit::receipt rc, std::int64_t amount) override;
-    // take_back() without waiting (it never waits here): limit::take_back under the stripe locks.
-    void take_back_now(const limit::check_request& r, const limit::receipt& rc, std::int64_t amount);
+    // take_back() without waiting (it never waits here): limit::take_back under the stripe locks,
+    // of at most r.cost; false (nothing taken) for an amount below 1.
+    bool take_back_now(const limit::check_request& r, const limit::receipt& rc, std::int64_t amount);
     // r's tiers forgotten for r's identifiers (an identifier left with none is dropped).
     boost::asio::awaitable<bool> reset(limit::check_request r) override;
     void reset_now(const limit::check_request& r);

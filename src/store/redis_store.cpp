@@ -85,7 +85,9 @@ limit::check_result redis_store::failed(const char* why) {
 std::optional<limit::check_result> redis_store::try_check(const limit::check_request& r) {
     try {
         // A count_rejected denial must reach the store: it is counted there. A query reads it.
-        if (auto denied = r.count_rejected || r.query ? std::nullopt : cache_.find(r, redis_clock::now())) {
+        // An uncached one may have been lifted by a take_back since (on any gateway).
+        if (auto denied =
+                r.count_rejected || r.query || r.uncached ? std::nullopt : cache_.find(r, redis_clock::now())) {
             counters_->deny_cache_hits.add();
             counters_->deny_cache_size.set(cache_.size());
             limit::check_result out;
@@ -128,7 +130,8 @@ boost::asio::awaitable<limit::check_result> redis_store::check(limit::check_requ
             co_return out;
         }
         // A concurrency refusal holds only until some request ends: it is not cached.
-        if (!out.verdict.allowed && !r.count_rejected && !out.verdict.retry_unknown() && generation == generation_) {
+        if (!out.verdict.allowed && !r.count_rejected && !r.uncached && !out.verdict.retry_unknown() &&
+            generation == generation_) {
             cache_.insert(r, out.verdict, asked);
             counters_->deny_cache_size.set(cache_.size());
         }
@@ -157,6 +160,7 @@ boost::asio::awaitable<void> redis_store::send_batch(std::uint16_t slot, turn_ba
 
 boost::asio::awaitable<bool> redis_store::take_back(limit::check_request r, limit::receipt rc, std::int64_t amount) {
     if (!transport_ || rc.at.size() != r.keys.size() || amount < 1) co_return false;
+    amount = std::min(amount, r.cost);  // never what other admissions added
     try {
         const auto deadline = redis_clock::now() + conn_opts_.timeout;
         if (const auto slot = transport_->slot_of(r, key_prefix_)) {

@@ -133,6 +133,11 @@ TEST_CASE("kinds: header, query, claim, route and composite limits, each value o
     CHECK(json_of(twice).at("message").as_string() ==
           "query:key given twice with different values: policy q cannot tell which to limit by");
     CHECK(f.get("/q?key=k/1&key=k%2F1").status == 429);
+    // Nor can a '#' hide the second from the limit (servers differ on whether it ends the
+    // query): refused.
+    const auto hash = f.get("/q?key=fresh#&key=k/1");
+    CHECK(hash.status == 400);
+    CHECK(json_of(hash).at("message").as_string() == "fragment in request target");
     CHECK(f.get("/q?key=else").status == 200);
     // A byte the URI grammar does not allow, or a bad escape, in another parameter hides
     // nothing: "else" has had its two.

@@ -247,3 +247,32 @@ TEST_CASE("routes: a route's path must already be in normalised form, or the rou
         CHECK(route_error(ok) == "<no error>");
     }
 }
+
+TEST_CASE("route: charge, and policy_settles on every route of a policy one route settles under") {
+    const auto c = cfg::load_string(R"(
+upstream: {url: "http://127.0.0.1:3000"}
+policies:
+  login: { ip: [ {limit: 5, per: 1m} ] }
+  metered: { ip: [ {limit: 50, per: 1m} ] }
+  plain: { ip: [ {limit: 5, per: 1m} ] }
+routes:
+  - { match: {path: /login}, policy: login, charge: { on_status: [401] } }
+  - { match: {path: /login-again}, policy: login }
+  - { match: {path: /metered}, policy: metered, cost_header: X-Cost, max_cost: 9 }
+  - { match: {path: /plain}, policy: plain }
+  - { match: {path: /free}, policy: none }
+)",
+                                    "inline.yaml");
+    const auto policies = sluice::limit::compile_policies(*c);
+    const rt::router r(*c, policies);
+    REQUIRE(r.routes().size() == 5);
+    REQUIRE(r.routes()[0].charge);
+    CHECK(r.routes()[0].charge->charged(401));
+    CHECK_FALSE(r.routes()[0].charge->charged(200));
+    CHECK_FALSE(r.routes()[1].charge);
+    CHECK(r.routes()[0].policy_settles);
+    CHECK(r.routes()[1].policy_settles);  // its counts may be given back by the first route's settlements
+    CHECK(r.routes()[2].policy_settles);
+    CHECK_FALSE(r.routes()[3].policy_settles);
+    CHECK_FALSE(r.routes()[4].policy_settles);
+}

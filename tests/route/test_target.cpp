@@ -199,6 +199,10 @@ TEST_CASE("route: refused paths") {
         {"/a\\..\\login", raw_backslash},
         {"/login#x", fragment},
         {"/#/../admin", fragment},
+        // In the query too: servers differ on whether it ends the query there, so a query:
+        // limit could read another value than the upstream (?k=fresh#&k=spent).
+        {"/login?k=fresh#&k=spent", fragment},
+        {"/?#", fragment},
         {"/a b", bad_path_byte},
         {"/a\tb", bad_path_byte},
         {std::string_view("/a\0b", 4), bad_path_byte},
@@ -229,7 +233,6 @@ TEST_CASE("route: the query is kept as received") {
         {"/a?b?c", "/a", "", "?b?c"},
         {"//a/./b?%zz%00%2e", "/a/b", "", "?%zz%00%2e"},
         {"/a?\xc3\xa9", "/a", "", "?\xc3\xa9"},  // Beast accepts obs-text here
-        {"/a?x#y", "/a", "", "?x#y"},            // not routed on: forwarded as is
         {"/a;p?q;r", "/a;p", "/a", "?q;r"},
         {"/a?/../b", "/a", "", "?/../b"},
     };

@@ -138,6 +138,10 @@ struct down_store final : limit::store {
         const bool done = false;
         co_return done;
     }
+    boost::asio::awaitable<bool> take_back(limit::check_request, limit::receipt, std::int64_t) override {
+        const bool done = false;
+        co_return done;
+    }
     std::size_t keys_held() const override { return 0; }
 };
 

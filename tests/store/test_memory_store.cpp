@@ -325,3 +325,21 @@ TEST_CASE("memory store: an admission's receipt, and take_back gives back exactl
     s.store.take_back_now({other, 1}, rc, 1);
     CHECK(s.store.keys_held() == 2);
 }
+
+TEST_CASE("memory store: take_back never takes more than the admission's cost, nor anything for an amount below 1") {
+    clocked_store s(1000);
+    const std::vector<limit::tier> ip{fixed_tier("ip", 9, 1000)};
+    const std::vector<limit::store_key> keys{{sluice::identity::kind::ip, id_in(3, 1), ip}};
+    limit::check_request r{keys, 2};
+    r.want_receipt = true;
+    auto first = s.store.try_check(r);
+    REQUIRE(first);
+    REQUIRE(first->verdict.allowed);
+    CHECK(s.check({keys[0]}, 3).allowed);  // 5 of 9, in the same bucket
+    CHECK_FALSE(s.store.take_back_now(r, first->taken, 0));
+    CHECK_FALSE(s.store.take_back_now(r, first->taken, -3));
+    CHECK(remaining_of(s.check({keys[0]}, 0), 0) == 4);
+    // More than its cost: its cost, the other admission's 3 stay.
+    CHECK(s.store.take_back_now(r, first->taken, 7));
+    CHECK(remaining_of(s.check({keys[0]}, 0), 0) == 6);
+}
