@@ -301,3 +301,24 @@ routes:
     CHECK(top.find("tenant") != std::string::npos);
     CHECK(f.upstream_requests() == 0);
 }
+
+TEST_CASE("check: a reload applies service.http_peers at once; service.http_listen needs a restart") {
+    check_fixture f(limited_api);
+    CHECK(f.check("/api/a", "192.0.2.1").status == 200);
+    // Only 127.0.0.2 may ask now; the listener stays where it is (port 0 in the file: another).
+    write_file(f.gw->config_path,
+               gateway_yaml(f.up->port,
+                            {{"service.http_listen", "\"127.0.0.1:1\""}, {"service.http_peers", "[\"127.0.0.2\"]"}},
+                            limited_api));
+    const auto reload = fetch(f.gw->admin_port, "POST", "/reload");
+    REQUIRE(reload.status == 200);
+    const auto body = json_of(reload);
+    const auto& keys = body.at("restart_required").as_array();
+    CHECK(std::find(keys.begin(), keys.end(), boost::json::value("service.http_listen")) != keys.end());
+    CHECK(f.check("/api/a", "192.0.2.1").status == 403);
+    connection c("127.0.0.1", f.port, 10s, "127.0.0.2");
+    c.send(make_request("GET", "/check", {{"X-Original-URI", "/api/a"}, {"X-Forwarded-For", "192.0.2.1"}}));
+    const auto r = c.read_response();
+    CHECK(r.status == 200);
+    CHECK(r.header("RateLimit").rfind(R"("ip-1h";r=1;t=)", 0) == 0);  // counts kept across the reload
+}
