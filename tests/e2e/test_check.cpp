@@ -302,7 +302,7 @@ routes:
     CHECK(f.upstream_requests() == 0);
 }
 
-TEST_CASE("check: a reload applies service.http_peers at once; service.http_listen needs a restart") {
+TEST_CASE("check: a reload applies service.http_peers at once, service.http_listen needs a restart") {
     check_fixture f(limited_api);
     CHECK(f.check("/api/a", "192.0.2.1").status == 200);
     // Only 127.0.0.2 may ask now; the listener stays where it is (port 0 in the file: another).
