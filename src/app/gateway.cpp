@@ -293,6 +293,7 @@ bool gateway::start() {
     try {
         if (cfg_->server.plain) refuse_if_taken(endpoint_of(cfg_->server.listen));
         if (cfg_->server.tls) refuse_if_taken(endpoint_of(cfg_->server.tls->listen));
+        if (cfg_->service.http_listen) refuse_if_taken(endpoint_of(*cfg_->service.http_listen));
         admin_ = std::make_unique<admin_server>(
             main_ioc_, endpoint_of(cfg_->admin.listen), metrics_, [this] { return store_readiness(); },
             [this] { return reload(); }, [this] { return offenders(); },
@@ -353,6 +354,14 @@ void gateway::open_listeners() {
                 tls_ep = w->tls_acceptor.local_endpoint();
             }
         }
+        if (cfg_->service.http_listen) {
+            auto check_ep = endpoint_of(*cfg_->service.http_listen);
+            refuse_if_taken(check_ep);
+            for (auto& w : workers_) {
+                open_acceptor(w->check_acceptor, check_ep);
+                check_ep = w->check_acceptor.local_endpoint();
+            }
+        }
     } catch (const std::exception& e) {
         spdlog::error("cannot listen: {}", e.what());
         exit_code_ = 1;
@@ -362,12 +371,15 @@ void gateway::open_listeners() {
     // Read before a worker uses the acceptors.
     const auto bound = cfg_->server.plain ? to_text(workers_[0]->acceptor.local_endpoint()) : std::string("off");
     const auto tls_bound = cfg_->server.tls ? to_text(workers_[0]->tls_acceptor.local_endpoint()) : std::string();
+    const auto check_bound =
+        cfg_->service.http_listen ? to_text(workers_[0]->check_acceptor.local_endpoint()) : std::string();
     for (auto& w : workers_) asio::post(w->ioc, [w = w.get()] { w->accept(); });
     listening_.store(true, std::memory_order_release);
     // Printed at any log level: scripts and tests read the ports from these lines.
     std::fprintf(stderr, "sluice: proxy listening on %s (%u workers), upstream %s\n", bound.c_str(), threads_,
                  upstream_summary(*cfg_).c_str());
     if (!tls_bound.empty()) std::fprintf(stderr, "sluice: TLS listening on %s\n", tls_bound.c_str());
+    if (!check_bound.empty()) std::fprintf(stderr, "sluice: check listening on %s\n", check_bound.c_str());
 }
 
 // Stop accepting, let in-flight requests finish, force the rest after drain_timeout.

@@ -452,6 +452,20 @@ struct route_config {
     bool operator==(const route_config&) const = default;
 };
 
+// service: Sluice as the rate-limit service of another proxy. Each key has a reader of its
+// own in service.cpp.
+struct service_config {
+    // service.http_listen: the HTTP check (GET|POST /check), as nginx's auth_request and
+    // Traefik's forwardAuth ask it; unset: off.
+    std::optional<address> http_listen;
+    // service.http_peers: the proxies that may ask /check. Their X-Original-URI, -Method and
+    // X-Forwarded-For are believed; any other peer is answered 403.
+    std::vector<cidr> http_peers{{boost::asio::ip::make_address("127.0.0.0"), 8},
+                                 {boost::asio::ip::make_address("::1"), 128}};
+
+    bool operator==(const service_config&) const = default;
+};
+
 struct config {
     std::string source;  // the file it came from
     server_config server;
@@ -468,6 +482,7 @@ struct config {
     std::vector<plan_config> plans;       // in file order
     std::vector<policy_config> policies;  // in file order
     std::vector<route_config> routes;     // in file order; first match wins
+    service_config service;
     // What is allowed but probably not meant ("FILE:LINE:COLUMN: PATH: why"), logged at
     // start and at every reload.
     std::vector<std::string> warnings;

@@ -3,8 +3,9 @@
 //
 // The scalar parsers (scalars.cpp) return a value or the reason it was refused; the typed
 // readers (readers.cpp) turn that reason into a config_error at the value's position; the
-// section readers (sections.cpp, upstreams.cpp, store.cpp, clients.cpp, limits.cpp, routes.cpp) read one
-// part of the file each; load.cpp reads the whole file and runs the checks across sections.
+// section readers (sections.cpp, upstreams.cpp, store.cpp, clients.cpp, limits.cpp, routes.cpp,
+// service.cpp) read one part of the file each; load.cpp reads the whole file and runs the
+// checks across sections.
 #pragma once
 
 #include <chrono>
@@ -253,6 +254,9 @@ void read_upstreams(const node_ref& n, std::vector<upstream_config>& pools);
 // Once routes are read: some pool exists, each route's pool exists (a route that names
 // none needs the pool "default").
 void check_upstreams(const node_ref& root, const config& c, const std::vector<route_nodes>& at);
+
+// service.cpp
+void read_service(const node_ref& n, service_config& out);
 
 // load.cpp
 // The single document of `text`; an empty text is an empty (null) document.

@@ -73,6 +73,14 @@ void write_failure(std::string& out, const failure& f, connection c, std::string
     out += body;
 }
 
+void write_admitted(std::string& out, std::string_view fields, connection c) {
+    out += "HTTP/1.1 200 OK\r\n";
+    append_date(out);
+    out += fields;
+    out += "Content-Length: 0";
+    end_head(out, c);
+}
+
 void write_limited(std::string& out, std::string_view policy, std::int64_t retry_after_s, std::string_view fields,
                    connection c) {
     // Policy names are [a-z0-9_-] (config validation): the body needs no escaping. Built

@@ -40,6 +40,17 @@ inline constexpr failure missing_identifier{400, "missing_identifier",
 inline constexpr failure ambiguous_identifier{400, "ambiguous_identifier",
                                               "the request gives a value its route's policy limits by twice"};
 inline constexpr failure no_route{404, "not_found", "no route matches the request"};
+// The HTTP check (service.http_listen).
+inline constexpr failure check_peer{403, "forbidden", "this address may not ask the check (service.http_peers)"};
+inline constexpr failure check_path{404, "not_found", "the check listener answers GET or POST /check only"};
+inline constexpr failure check_method{405, "method_not_allowed", "the check is asked with GET or POST"};
+inline constexpr failure check_no_uri{400, "bad_request",
+                                      "the check needs the original request's URI: X-Original-URI or X-Forwarded-Uri"};
+inline constexpr failure check_no_client{
+    400, "bad_request", "the check needs the client's address: X-Forwarded-For or X-Real-IP, a valid IP address"};
+inline constexpr failure check_twice{
+    400, "bad_request", "a field that describes the original request is given twice, or differently by its two names"};
+inline constexpr failure check_bad_method{400, "bad_request", "the original request's method is not a valid method"};
 inline constexpr failure connect_refused{405, "method_not_allowed", "CONNECT is not supported"};
 inline constexpr failure bad_method{400, "bad_request", "methods are case-sensitive: write it in upper case"};
 inline constexpr failure header_timeout{408, "request_timeout",
@@ -77,6 +88,10 @@ enum class connection { keep_alive, keep_alive_http10, close };
 // Appends a whole response: the status line, Date, `extra` field lines ("Name: value\r\n"),
 // and the JSON body {"error":"<code>","message":"<message>"}.
 void write_failure(std::string& out, const failure& f, connection c, std::string_view extra = {});
+
+// Appends a whole 200 of the HTTP check (an admitted request): the rate-limit `fields`, no
+// body.
+void write_admitted(std::string& out, std::string_view fields, connection c);
 
 // Appends a whole 429: Retry-After, the rate-limit `fields`, and the JSON body
 // {"error":"rate_limited","policy":"<policy>","retry_after":N}. With retry_after_s 0 (a

@@ -274,6 +274,33 @@ address client_address(const address& peer0, const std::vector<std::string_view>
     return current;
 }
 
+std::optional<address> forwarded_client(const std::vector<std::string_view>& xff_values, std::string_view real_ip,
+                                        const cidr_set& trusted) {
+    std::optional<address> current;  // the last trusted hop examined
+    bool any = false;
+    for (auto f = xff_values.rbegin(); f != xff_values.rend(); ++f) {
+        std::string_view field = *f;
+        while (true) {
+            const auto comma = field.rfind(',');
+            const std::string_view entry = trim(comma == std::string_view::npos ? field : field.substr(comma + 1));
+            if (!entry.empty()) {
+                any = true;
+                address a;
+                if (!parse_xff_entry(entry, a)) return current;
+                a = normalize(a);
+                if (!trusted.contains(a)) return a;
+                current = a;
+            }
+            if (comma == std::string_view::npos) break;
+            field = field.substr(0, comma);
+        }
+    }
+    if (any) return current;
+    address a;
+    if (!parse_xff_entry(trim(real_ip), a)) return std::nullopt;
+    return normalize(a);
+}
+
 std::string ip_identifier(const address& a0, unsigned ipv6_prefix) {
     const address a = normalize(a0);
     if (a.is_v4()) return a.to_v4().to_string();

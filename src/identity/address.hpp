@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -69,6 +70,13 @@ private:
 // Every returned address is normalised. Any thread; no exceptions.
 address client_address(const address& peer, const std::vector<std::string_view>& header_values,
                        config::clients_config::forwarded_kind kind, const cidr_set& trusted);
+
+// The client a proxy names when it asks the HTTP check (its peer is trusted by
+// service.http_peers): the X-Forwarded-For values walked from the right as client_address()
+// walks them, trusted addresses skipped; without an entry, X-Real-IP's address. nullopt:
+// no address given, or the nearest one malformed. Normalised. Any thread; no exceptions.
+std::optional<address> forwarded_client(const std::vector<std::string_view>& xff_values, std::string_view real_ip,
+                                        const cidr_set& trusted);
 
 // Parses one X-Forwarded-For entry / one Forwarded for= node (already unquoted).
 // Exposed for tests. Returns false on anything malformed. Any thread.

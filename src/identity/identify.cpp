@@ -135,16 +135,13 @@ void read_query(const kind_names& names, std::string_view target, caller& out) {
     settle(out.queries, out.ambiguous_queries);
 }
 
-}  // namespace
-
-result identify(const clients& c, const http::message_head& req, const address& peer, bool wants_user,
-                std::int64_t now_unix_seconds, std::string_view certificate) {
-    result r;
-    identify_client(c, req, peer, r.who);
-    if (!wants_user || r.who.allow_listed) return r;
+// The user and the values of the other kinds, once the client address is known.
+void identify_user(const clients& c, const http::message_head& req, bool wants_user, std::int64_t now_unix_seconds,
+                   std::string_view certificate, result& r) {
+    if (!wants_user || r.who.allow_listed) return;
     if (!c.names.headers.empty()) read_headers(c.names, req, r.who);
     if (!c.names.queries.empty()) read_query(c.names, req.target(), r.who);
-    if (!c.users) return r;
+    if (!c.users) return;
     const user_resolver& users = *c.users;
     auto key = users.api_key_header().empty() ? std::nullopt : field(req, users.api_key_header());
     auto jwt = users.jwt_header() ? field(req, *users.jwt_header()) : std::nullopt;
@@ -164,6 +161,24 @@ result identify(const clients& c, const http::message_head& req, const address& 
                 r.who.plan = std::move(user.plan);
             break;
     }
+}
+
+}  // namespace
+
+result identify(const clients& c, const http::message_head& req, const address& peer, bool wants_user,
+                std::int64_t now_unix_seconds, std::string_view certificate) {
+    result r;
+    identify_client(c, req, peer, r.who);
+    identify_user(c, req, wants_user, now_unix_seconds, certificate, r);
+    return r;
+}
+
+result identify_as(const clients& c, const http::message_head& req, const address& client, bool wants_user,
+                   std::int64_t now_unix_seconds) {
+    result r;
+    r.who.client = normalize(client);
+    r.who.allow_listed = c.allow.contains(r.who.client);
+    identify_user(c, req, wants_user, now_unix_seconds, {}, r);
     return r;
 }
 

@@ -29,4 +29,9 @@ struct result {
 result identify(const clients& c, const http::message_head& req, const address& peer, bool wants_user,
                 std::int64_t now_unix_seconds, std::string_view certificate = {});
 
+// As identify(), for a request another proxy describes (the HTTP check): `client` is the
+// address it names, taken as is (no forwarding header is walked again).
+result identify_as(const clients& c, const http::message_head& req, const address& client, bool wants_user,
+                   std::int64_t now_unix_seconds);
+
 }  // namespace sluice::identity

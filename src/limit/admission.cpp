@@ -240,7 +240,7 @@ void admission::conclude(const admission_context& ctx, const policy& p, const ch
     }
     const auto& d = result.verdict;
     if (d.allowed) {
-        m.decided(p.metric_slot, metrics::decision_result::allowed);
+        m.decided(p.metric_slot, metrics::decision_result::allowed, ctx.listener);
         out.decision = decision_kind::allowed;
     } else {
         if (const std::size_t refusing = refusing_key(d); refusing != no_key) {
@@ -249,10 +249,10 @@ void admission::conclude(const admission_context& ctx, const policy& p, const ch
             if (!p.shadow && ctx.refusals) record_refusal(ctx, p, refusing);
         }
         if (p.shadow) {
-            m.decided(p.metric_slot, metrics::decision_result::shadow_limited);
+            m.decided(p.metric_slot, metrics::decision_result::shadow_limited, ctx.listener);
             out.decision = decision_kind::shadow_limited;
         } else {
-            m.decided(p.metric_slot, metrics::decision_result::limited);
+            m.decided(p.metric_slot, metrics::decision_result::limited, ctx.listener);
             out.decision = decision_kind::limited;
             out.what = outcome::kind::limited;
             out.retry_after_s = retry_after_seconds(d);

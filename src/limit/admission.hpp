@@ -79,6 +79,7 @@ struct admission_context {
     config::response_config::header_style headers;
     offenders* refusals = nullptr;  // who is being limited (GET /top); null: not recorded
     lease_ids* leases = nullptr;    // for a request that meets a concurrency tier; null: none is taken
+    metrics::listener listener = metrics::listener::proxy;  // where the decision was asked (its metric's label)
 };
 
 // The most identifiers one request is limited by (ip, user and other kinds together).

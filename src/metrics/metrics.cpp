@@ -52,6 +52,15 @@ const char* to_string(decision_result r) {
     return "unknown";
 }
 
+const char* to_string(listener l) {
+    switch (l) {
+        case listener::proxy: return "proxy";
+        case listener::check: return "check";
+        case listener::count_: break;
+    }
+    return "unknown";
+}
+
 const char* to_string(tls_result r) {
     switch (r) {
         case tls_result::ok: return "ok";
@@ -436,16 +445,21 @@ std::string registry::scrape() const {
 
     constexpr auto results = static_cast<std::size_t>(decision_result::count_);
     auto decisions = family("sluice_rate_limit_decisions_total",
-                            "Rate-limit decisions, by policy and result (shadow_limited: a shadow policy "
-                            "would have rejected).",
+                            "Rate-limit decisions, by policy, result (shadow_limited: a shadow policy "
+                            "would have rejected) and listener (proxy, or check: the HTTP check).",
                             MetricType::Counter);
-    for (std::size_t p = 0; p < policies_.size(); ++p)
-        for (std::size_t r = 0; r < results; ++r) {
-            std::uint64_t sum = 0;
-            for (const auto& s : shards_) sum += s->decisions_[p * results + r].get();
-            decisions.metric.push_back(
-                counter({{"policy", policies_[p]}, {"result", to_string(static_cast<decision_result>(r))}}, sum));
-        }
+    for (std::size_t l = 0; l < static_cast<std::size_t>(listener::count_); ++l)
+        for (std::size_t p = 0; p < policies_.size(); ++p)
+            for (std::size_t r = 0; r < results; ++r) {
+                std::uint64_t sum = 0;
+                for (const auto& s : shards_) sum += s->decisions_[(l * max_slots + p) * results + r].get();
+                // The check's series only once it has decided: a gateway without one shows none.
+                if (l != 0 && sum == 0) continue;
+                decisions.metric.push_back(counter({{"policy", policies_[p]},
+                                                    {"result", to_string(static_cast<decision_result>(r))},
+                                                    {"listener", to_string(static_cast<listener>(l))}},
+                                                   sum));
+            }
     out.push_back(std::move(decisions));
 
     constexpr auto settled = static_cast<std::size_t>(settlement::count_);

@@ -41,6 +41,10 @@ const char* server_error_name(std::size_t kind);
 
 enum class decision_result : std::size_t { allowed, limited, shadow_limited, count_ };
 const char* to_string(decision_result r);
+// Where a decision was asked: the proxy (server.listen, server.tls.listen) or the HTTP check
+// (service.http_listen).
+enum class listener : std::size_t { proxy, check, count_ };
+const char* to_string(listener l);
 
 // How the charge of a request on a route that settles it (routes[].charge, cost_header)
 // moved once its outcome was known: it stood, part or all was given back, more was
@@ -100,8 +104,11 @@ public:
     shard() = default;
 
     void request_done(std::size_t route_slot, unsigned status, double seconds);
-    void decided(std::size_t policy_slot, decision_result r) {
-        decisions_[policy_slot * static_cast<std::size_t>(decision_result::count_) + static_cast<std::size_t>(r)].add();
+    void decided(std::size_t policy_slot, decision_result r, listener l = listener::proxy) {
+        decisions_[(static_cast<std::size_t>(l) * max_slots + policy_slot) *
+                       static_cast<std::size_t>(decision_result::count_) +
+                   static_cast<std::size_t>(r)]
+            .add();
     }
     void settled(std::size_t policy_slot, settlement s) {
         settlements_[policy_slot * static_cast<std::size_t>(settlement::count_) + static_cast<std::size_t>(s)].add();
@@ -136,7 +143,10 @@ private:
     friend class registry;
     static constexpr std::size_t classes = 5;           // 1xx..5xx
     std::array<cell, max_slots * classes> requests_{};  // route slot * classes + class
-    std::array<cell, max_slots* static_cast<std::size_t>(decision_result::count_)> decisions_{};
+    // (listener * max_slots + policy slot) * results + result
+    std::array<cell, static_cast<std::size_t>(listener::count_) *
+                         max_slots* static_cast<std::size_t>(decision_result::count_)>
+        decisions_{};
     std::array<cell, max_slots* static_cast<std::size_t>(settlement::count_)> settlements_{};
     histogram_cells<duration_buckets.size()> duration_;
     histogram_cells<store_buckets.size()> store_duration_;

@@ -44,6 +44,10 @@ void access_log::lane::write(const access_record& r) {
     line_.append(millis, 3);
     line_ += R"(Z")";
     add_string(R"(,"peer":)", r.peer);
+    if (r.check) {
+        line_ += R"(,"check":true)";
+        add_string(R"(,"client":)", r.client);
+    }
     add_string(R"(,"method":)", r.method);
     add_string(R"(,"path":)", r.path);
     add_string(R"(,"route":)", r.route);

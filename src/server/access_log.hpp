@@ -46,6 +46,8 @@ struct access_record {
     unsigned attempts = 0;                      // servers tried (a retry elsewhere makes 2)
     std::int64_t total_us = 0;                  // first byte of the request to the response
     std::string_view tls_version, sni;          // a TLS client's ("TLSv1.3", the name asked for); "" = plain
+    bool check = false;                         // an HTTP check (service.http_listen): path, method of the original
+    std::string_view client;                    // a check's: the client its proxy named ("" = none read)
 };
 
 class access_log {

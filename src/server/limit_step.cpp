@@ -11,12 +11,12 @@ namespace sluice::server {
 using boost::asio::awaitable;
 
 awaitable<void> limit_step::decide(std::shared_ptr<const snapshot> snap, const route::route* r,
-                                   const identity::caller& who, limit::outcome& out) {
+                                   const identity::caller& who, limit::outcome& out, metrics::listener from) {
     clear_charge();
     if (!r || !r->limits) co_return;
     const config::config& cfg = *snap->cfg;
     const limit::admission_context ctx{cfg.clients.ipv6_prefix, w_.hasher,    snap->generation, cfg.store.on_error,
-                                       cfg.response.headers,    &w_.refusals, &w_.lease_ids};
+                                       cfg.response.headers,    &w_.refusals, &w_.lease_ids,    from};
     request_ = &admission_.request();
     controls_.reset();
     bool asking = admission_.prepare(ctx, *r->limits, r->cost, who, out, &r->name);

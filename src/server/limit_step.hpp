@@ -30,8 +30,10 @@ public:
     // charge is settled at the response (`charge` or `cost_header`), an admission keeps
     // its receipt: its cost is reserved until settle(). The references are the session's,
     // alive until the step completes.
+    // `from`: the listener that asked (the decision's metric label).
     boost::asio::awaitable<void> decide(std::shared_ptr<const snapshot> snap, const route::route* r,
-                                        const identity::caller& who, limit::outcome& out);
+                                        const identity::caller& who, limit::outcome& out,
+                                        metrics::listener from = metrics::listener::proxy);
     // Whether the last decide() left a charge to settle: an admission (allowed or
     // shadow_limited) on a route that settles.
     bool settling() const { return settling_; }

@@ -55,15 +55,13 @@ bool keeps_connection(const http::failure& f) {
            f.code == fail::ambiguous_identifier.code;
 }
 
-// "post" is no method Beast knows, but an upstream that upper-cases methods reads POST:
-// a route limited to POST must not be walked around that way.
+}  // namespace
+
 bool is_verb_in_other_case(std::string_view method) {
     std::string upper(method);
     for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     return bhttp::string_to_verb(upper) != bhttp::verb::unknown;
 }
-
-}  // namespace
 
 void request_state::reset(std::size_t unmatched_slot) {
     target.clear();
@@ -120,17 +118,18 @@ awaitable<void> serve_requests(std::unique_ptr<connection> c, bool fresh) {
 
 }  // namespace
 
-awaitable<void> serve(worker& w, tcp::socket socket, bool tls) {
-    co_await serve_requests(std::make_unique<connection>(w, std::move(socket), tls), true);
+awaitable<void> serve(worker& w, tcp::socket socket, listener_kind kind) {
+    co_await serve_requests(std::make_unique<connection>(w, std::move(socket), kind), true);
 }
 
-connection::connection(worker& owner, tcp::socket s, bool on_tls)
+connection::connection(worker& owner, tcp::socket s, listener_kind kind)
     : w(owner),
       client(std::move(s)),
       peer(peer_address(client.socket())),
       client_ip(peer.to_string()),
       track(w.connections, client.socket()),
-      tls(on_tls) {
+      tls(kind == listener_kind::tls),
+      check(kind == listener_kind::check) {
     w.metrics.connection_opened();
     w.open_connections.fetch_add(1, std::memory_order_relaxed);
     error_code ec;
@@ -169,6 +168,7 @@ session::~session() {
 }
 
 awaitable<bool> session::open() {
+    if (c_.check) co_return true;  // a proxy's check connection: no PROXY header, no TLS
     auto client = co_await read_proxy_header(w_, client_.socket(), track_, peer_);
     if (!client) co_return false;
     peer_ = *client;
@@ -261,6 +261,7 @@ awaitable<after> session::phases() {
         case head_status::ok: break;
     }
     if (auto f = check_head()) co_return co_await respond(*f);
+    if (c_.check) co_return co_await check();
     req_.route = snap_->router.match(head_.method_text(), head_.find(bhttp::field::host), req_.target);
     if (req_.route) req_.route_slot = req_.route->metric_slot;
     if (!identify()) {
@@ -293,6 +294,10 @@ awaitable<session::head_status> session::read_head() {
     }
     req_.reset(snap_->unmatched_slot);
     limits_.clear_charge();
+    if (c_.check) {
+        orig_.clear();
+        req_.route_slot = snap_->check_slot;  // checks are counted apart from proxied requests
+    }
     auto& p = parser_.emplace(head_, req_sink_);
     req_sink_ = http::body_sink{&req_.body, http::body_sink::framing::identity, 0};
     resp_sink_.bytes = 0;
@@ -445,9 +450,16 @@ void session::end_request() {
     const auto& o = req_.outcome;
     access_record r;
     r.peer = client_ip_;
-    r.method = head_.method_text();
-    r.path = req_.target.path.empty() ? head_.target().substr(0, head_.target().find('?'))
-                                      : std::string_view(req_.target.path);
+    const bool described = c_.check && !orig_.method_text().empty();  // a check that named its request
+    const auto& h = described ? orig_ : head_;
+    r.method = h.method_text();
+    r.path = req_.target.path.empty() ? h.target().substr(0, h.target().find('?')) : std::string_view(req_.target.path);
+    std::string client;
+    if (c_.check) {
+        r.check = true;
+        if (described) client = check_client_.to_string();
+        r.client = client;
+    }
     r.route = req_.route ? std::string_view(req_.route->name) : std::string_view("unmatched");
     r.policy = req_.route && req_.route->limits ? std::string_view(req_.route->limits->name) : std::string_view();
     r.decision = to_string(o.decision);

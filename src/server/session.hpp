@@ -34,19 +34,20 @@
 
 namespace sluice::server {
 
-// Serves one accepted connection until it closes. `tls`: accepted on the TLS listener (the
-// handshake comes first, after a PROXY header).
+// Serves one accepted connection until it closes. `kind` tls: accepted on the TLS listener
+// (the handshake comes first, after a PROXY header); check: on the HTTP check's listener
+// (service.http_listen: each request is a check, answered without an upstream; check.cpp).
 //
 // While requests come, a `session` serves them, in the frame of a coroutine; once none is
 // waiting, the session ends and the connection waits for readability in a plain handler
 // holding the `connection` alone (no coroutine frame, no buffer): an idle keep-alive
 // connection costs its socket, SSL and the few fields below. A new session starts when
 // the client speaks again.
-boost::asio::awaitable<void> serve(worker& w, boost::asio::ip::tcp::socket socket, bool tls);
+boost::asio::awaitable<void> serve(worker& w, boost::asio::ip::tcp::socket socket, listener_kind kind);
 
 // What a client connection keeps between requests.
 struct connection {
-    connection(worker& w, boost::asio::ip::tcp::socket s, bool tls);
+    connection(worker& w, boost::asio::ip::tcp::socket s, listener_kind kind);
     ~connection();
     connection(const connection&) = delete;
     connection& operator=(const connection&) = delete;
@@ -60,8 +61,13 @@ struct connection {
     http::tracked_connection track;
     std::string certificate;  // the user a verified client certificate names (clients.user.certificate)
     bool tls = false;         // a TLS listener's connection (secure once its handshake is done)
+    bool check = false;       // the HTTP check listener's connection
     bool first = true;        // no request served yet
 };
+
+// "post" is no method Beast knows, but an upstream that upper-cases methods reads POST:
+// a route limited to POST must not be walked around that way.
+bool is_verb_in_other_case(std::string_view method);
 
 // What becomes of the client connection once a request is answered.
 enum class after { keep_alive, close, linger };
@@ -139,6 +145,13 @@ private:
     // How Sluice's own answer speaks of the connection, kept or not.
     http::connection connection_of(bool keep) const;
 
+    // check.cpp: the HTTP check (service.http_listen)
+    boost::asio::awaitable<after> check();
+    // The original request the check's fields describe, into orig_ and check_client_.
+    std::optional<failure> describe_original();
+    boost::asio::awaitable<std::optional<failure>> discard_body();
+    boost::asio::awaitable<after> respond_admitted();
+
     // exchange.cpp: the upstream exchange
     boost::asio::awaitable<after> exchange();
     boost::asio::awaitable<std::optional<failure>> read_body_ahead(proxy::body_framing& framing, std::uint64_t& length);
@@ -178,6 +191,8 @@ private:
     std::string out_;
     std::string target_text_;
     http::message_head head_, resp_;
+    http::message_head orig_;         // a check's original request (empty: none described)
+    identity::address check_client_;  // the client a check's proxy names
     http::body_sink req_sink_, resp_sink_;
     std::optional<http::request_parser> parser_;
     std::optional<http::response_parser> resp_parser_;

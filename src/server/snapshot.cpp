@@ -21,8 +21,10 @@ snapshot::snapshot(std::shared_ptr<const config::config> c, metrics::registry& m
       clients(cfg->clients, cfg->policies),
       proxy_trusted(cfg->server.proxy_protocol ? identity::cidr_set(cfg->server.proxy_protocol->trusted)
                                                : identity::cidr_set()),
+      check_peers(cfg->service.http_peers),
       tls(cfg->server.tls ? std::make_shared<const tls::server_contexts>(*cfg->server.tls) : nullptr),
       unmatched_slot(m.slot("route", "unmatched")),
+      check_slot(cfg->service.http_listen ? m.slot("route", "(check)") : unmatched_slot),
       generation(next_generation()),
       pools(std::move(p)) {
     const auto* fallback = cfg->find_upstream("");

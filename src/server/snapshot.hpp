@@ -32,8 +32,10 @@ struct snapshot {
     route::router router;
     identity::clients clients;
     identity::cidr_set proxy_trusted;                 // server.proxy_protocol.trusted (empty when unset)
+    identity::cidr_set check_peers;                   // service.http_peers: who may ask the HTTP check
     std::shared_ptr<const tls::server_contexts> tls;  // server.tls's certificates; null without
     std::size_t unmatched_slot = 0;                   // metrics slot for requests no route matches
+    std::size_t check_slot = 0;                       // metrics slot for the HTTP check's answers ("(check)")
     std::uint64_t generation = 0;                     // unique per snapshot: caches built for one know they are stale
     upstream::pool_list pools;
     std::size_t default_pool = 0;  // the pool of requests no route matches; pools.size(): none (404)

@@ -26,7 +26,7 @@ clock::duration sweep_tick(const config::config& c) {
     return std::clamp<clock::duration>(tick, std::chrono::milliseconds(5), std::chrono::milliseconds(100));
 }
 
-asio::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, bool tls) {
+asio::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, listener_kind kind) {
     using http::use_tuple;
     for (;;) {
         auto [ec, socket] = co_await acceptor.async_accept(use_tuple);
@@ -44,7 +44,7 @@ asio::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, bool tls) 
             socket.close(ignored);
             continue;
         }
-        asio::co_spawn(w.ioc, serve(w, std::move(socket), tls), base::log_exception("connection"));
+        asio::co_spawn(w.ioc, serve(w, std::move(socket), kind), base::log_exception("connection"));
     }
 }
 
@@ -86,9 +86,13 @@ void worker::start() { connections.start(); }
 void worker::accept() {
     if (draining) return;
     if (acceptor.is_open())
-        asio::co_spawn(ioc, accept_loop(*this, acceptor, false), base::log_exception("accept loop"));
+        asio::co_spawn(ioc, accept_loop(*this, acceptor, listener_kind::plain), base::log_exception("accept loop"));
     if (tls_acceptor.is_open())
-        asio::co_spawn(ioc, accept_loop(*this, tls_acceptor, true), base::log_exception("TLS accept loop"));
+        asio::co_spawn(ioc, accept_loop(*this, tls_acceptor, listener_kind::tls),
+                       base::log_exception("TLS accept loop"));
+    if (check_acceptor.is_open())
+        asio::co_spawn(ioc, accept_loop(*this, check_acceptor, listener_kind::check),
+                       base::log_exception("check accept loop"));
 }
 
 void worker::renew_while_held(held_lease& l) {
@@ -121,6 +125,7 @@ void worker::begin_drain(std::function<void()> on_drained) {
     boost::system::error_code ignored;
     acceptor.close(ignored);
     tls_acceptor.close(ignored);
+    check_acceptor.close(ignored);
     for (auto& l : lanes) l->close_all();
     connections.drain(std::move(on_drained));
 }

@@ -31,6 +31,9 @@ namespace sluice::server {
 using http::clock;
 using http::deadline_sweep;
 
+// What a worker's acceptor serves: the proxy in plain HTTP or TLS, or the HTTP check.
+enum class listener_kind { plain, tls, check };
+
 struct worker {
     worker(std::shared_ptr<const snapshot> s, metrics::shard& m, std::atomic<std::size_t>& open_conns,
            std::size_t max_conns, limit::store& st, identity::hasher h);
@@ -59,12 +62,14 @@ struct worker {
     std::vector<std::shared_ptr<upstream::lane>> lanes;
     cap_queues caps;  // the requests waiting for a slot of a pool's max_in_flight, by pool
     boost::asio::ip::tcp::acceptor acceptor{ioc};
-    boost::asio::ip::tcp::acceptor tls_acceptor{ioc};  // server.tls.listen; closed without
-    std::size_t handshakes = 0;                        // TLS handshakes under way (server.tls.max_handshakes)
+    boost::asio::ip::tcp::acceptor tls_acceptor{ioc};    // server.tls.listen; closed without
+    boost::asio::ip::tcp::acceptor check_acceptor{ioc};  // service.http_listen; closed without
+    std::size_t handshakes = 0;                          // TLS handshakes under way (server.tls.max_handshakes)
     bool draining = false;
 
     // Starts the deadline sweep; accept() then starts accepting on `acceptor` and, when
-    // open, `tls_acceptor` (bound and listening by then), once the store can decide.
+    // open, `tls_acceptor` and `check_acceptor` (bound and listening by then), once the store
+    // can decide.
     void start();
     void accept();
     // Stops accepting and closes idle connections; calls on_drained (on this thread) once

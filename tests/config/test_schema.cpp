@@ -92,7 +92,8 @@ TEST_CASE("restart_only_keys: the keys a reload keeps, declared by the schema") 
                                             "store.redis.key_prefix",
                                             "store.on_error",
                                             "store.fleet_size",
-                                            "store.hash_secret_env"};
+                                            "store.hash_secret_env",
+                                            "service.http_listen"};
     CHECK(restart_only_names() == expected);
     const auto keys = cfg::schema_keys();
     for (const auto& k : expected) CHECK_MESSAGE(has(keys, k), k);

@@ -130,8 +130,10 @@ void failures_refunded(const charged_gateway& g) {
 void reserved_while_pending(const charged_gateway& g) {
     std::vector<std::unique_ptr<pending>> sent;
     for (int i = 0; i < 6; ++i) sent.push_back(std::make_unique<pending>(g.gw->port, "held.test", "held"));
-    const std::string limited = "sluice_rate_limit_decisions_total{policy=\"held\",result=\"limited\"}";
-    const std::string allowed = "sluice_rate_limit_decisions_total{policy=\"held\",result=\"allowed\"}";
+    const std::string limited =
+        "sluice_rate_limit_decisions_total{policy=\"held\",result=\"limited\",listener=\"proxy\"}";
+    const std::string allowed =
+        "sluice_rate_limit_decisions_total{policy=\"held\",result=\"allowed\",listener=\"proxy\"}";
     CHECK(eventually_metric(g.gw->admin_port, limited, 3) == 3);
     CHECK(eventually_metric(g.gw->admin_port, allowed, 3) == 3);
     CHECK(eventually([&] { return upstream_held(g.up->port) == 3; }));

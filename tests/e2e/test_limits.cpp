@@ -55,8 +55,10 @@ routes:
     CHECK(limited == connections * per_connection - 25);
     CHECK(other == 0);
     auto m = f.metrics();
-    CHECK(metric_value(m, R"(sluice_rate_limit_decisions_total{policy="burst",result="allowed"})") == 25);
-    CHECK(metric_value(m, R"(sluice_rate_limit_decisions_total{policy="burst",result="limited"})") == 175);
+    CHECK(metric_value(m, R"(sluice_rate_limit_decisions_total{policy="burst",result="allowed",listener="proxy"})") ==
+          25);
+    CHECK(metric_value(m, R"(sluice_rate_limit_decisions_total{policy="burst",result="limited",listener="proxy"})") ==
+          175);
     CHECK(metric_value(m, "sluice_store_keys") == 1);
 }
 
@@ -146,8 +148,10 @@ routes:
         CHECK_FALSE(r.has_header("RateLimit"));
     }
     auto m = f.metrics();
-    CHECK(metric_value(m, R"(sluice_rate_limit_decisions_total{policy="trial",result="allowed"})") == 1);
-    CHECK(metric_value(m, R"(sluice_rate_limit_decisions_total{policy="trial",result="shadow_limited"})") == 2);
+    CHECK(metric_value(m, R"(sluice_rate_limit_decisions_total{policy="trial",result="allowed",listener="proxy"})") ==
+          1);
+    CHECK(metric_value(
+              m, R"(sluice_rate_limit_decisions_total{policy="trial",result="shadow_limited",listener="proxy"})") == 2);
 }
 
 TEST_CASE("the allow-list bypasses every limit") {

@@ -36,6 +36,13 @@ struct named_failure {
 // declares no constant missing here.
 const std::vector<named_failure> all_failures{
     {"no_route", fail::no_route},
+    {"check_peer", fail::check_peer},
+    {"check_path", fail::check_path},
+    {"check_method", fail::check_method},
+    {"check_no_uri", fail::check_no_uri},
+    {"check_no_client", fail::check_no_client},
+    {"check_twice", fail::check_twice},
+    {"check_bad_method", fail::check_bad_method},
     {"no_upstream", fail::no_upstream},
     {"upstream_busy", fail::upstream_busy},
     {"bad_request", fail::bad_request},

@@ -157,6 +157,27 @@ TEST_CASE("identity: client_address walks X-Forwarded-For from the right") {
     }
 }
 
+TEST_CASE("identity: forwarded_client names the client a check's proxy gives, or none") {
+    const auto trusted = set_of({"10.0.0.0/8"});
+    const auto named = [&](std::vector<std::string_view> values, std::string_view real_ip = "") {
+        const auto a = forwarded_client(values, real_ip, trusted);
+        return a ? a->to_string() : std::string("none");
+    };
+    CHECK(named({"198.51.100.7"}) == "198.51.100.7");
+    CHECK(named({"203.0.113.1, 198.51.100.7, 10.0.0.9"}) == "198.51.100.7");  // trusted skipped
+    CHECK(named({"203.0.113.1", "198.51.100.7"}) == "198.51.100.7");          // fields read as one list
+    CHECK(named({"10.0.0.1, 10.0.0.2"}) == "10.0.0.1");                       // every hop trusted: the leftmost
+    CHECK(named({"[2001:db8::1]:443"}) == "2001:db8::1");
+    CHECK(named({"::ffff:192.0.2.1"}) == "192.0.2.1");              // normalised
+    CHECK(named({"198.51.100.7, garbage"}) == "none");              // the nearest malformed: none
+    CHECK(named({"garbage, 10.0.0.9"}) == "10.0.0.9");              // the last trusted hop examined
+    CHECK(named({}, " 192.0.2.5 ") == "192.0.2.5");                 // X-Real-IP without X-Forwarded-For
+    CHECK(named({" , "}, "192.0.2.5") == "192.0.2.5");              // no entry at all
+    CHECK(named({"198.51.100.7"}, "192.0.2.5") == "198.51.100.7");  // X-Forwarded-For first
+    CHECK(named({}, "not an address") == "none");
+    CHECK(named({}) == "none");
+}
+
 TEST_CASE("identity: client_address reads RFC 7239 Forwarded") {
     const auto trusted = set_of({"10.0.0.0/8", "2001:db8:cafe::/48"});
     SUBCASE("quoted IPv6 with port") {

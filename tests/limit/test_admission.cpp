@@ -323,8 +323,8 @@ TEST_CASE("admission::conclude: allowed, denied and shadow verdicts") {
         limit::append_rate_limit_fields(expected, r.verdict, style::ietf);
         CHECK_FALSE(expected.empty());
         CHECK(out.fields == expected);
-        CHECK(metric(reg, decisions + "{policy=\"default\",result=\"allowed\"}") == "1");
-        CHECK(metric(reg, decisions + "{policy=\"default\",result=\"limited\"}") == "0");
+        CHECK(metric(reg, decisions + "{policy=\"default\",result=\"allowed\",listener=\"proxy\"}") == "1");
+        CHECK(metric(reg, decisions + "{policy=\"default\",result=\"limited\",listener=\"proxy\"}") == "0");
     }
     SUBCASE("denied: limited, with Retry-After's seconds and the fields") {
         outcome out;
@@ -335,7 +335,7 @@ TEST_CASE("admission::conclude: allowed, denied and shadow verdicts") {
         CHECK(out.retry_after_s == limit::retry_after_seconds(r.verdict));
         CHECK(out.retry_after_s >= 3);  // 2.5 s rounds up (and the 30 s reset may raise it)
         CHECK(out.fields.find("RateLimit: ") != std::string::npos);
-        CHECK(metric(reg, decisions + "{policy=\"default\",result=\"limited\"}") == "1");
+        CHECK(metric(reg, decisions + "{policy=\"default\",result=\"limited\",listener=\"proxy\"}") == "1");
     }
     SUBCASE("legacy headers follow the context's style") {
         limit::admission_context legacy = s.ctx;
@@ -357,8 +357,8 @@ TEST_CASE("admission::conclude: allowed, denied and shadow verdicts") {
         CHECK(text(out.decision) == "shadow_limited");
         CHECK(out.retry_after_s == 0);
         CHECK(out.fields.empty());
-        CHECK(metric(reg, decisions + "{policy=\"login\",result=\"shadow_limited\"}") == "1");
-        CHECK(metric(reg, decisions + "{policy=\"login\",result=\"limited\"}") == "0");
+        CHECK(metric(reg, decisions + "{policy=\"login\",result=\"shadow_limited\",listener=\"proxy\"}") == "1");
+        CHECK(metric(reg, decisions + "{policy=\"login\",result=\"limited\",listener=\"proxy\"}") == "0");
         outcome allowed;
         a.conclude(s.ctx, shadow, answer(shadow, true, 3, 0), reg.worker(0), allowed);
         CHECK(text(allowed.decision) == "allowed");
@@ -390,7 +390,8 @@ TEST_CASE("admission::conclude: a store error passes under on_error allow and is
     CHECK(text(denied.decision) == "store_error");
     CHECK(denied.fields.empty());
     CHECK(metric(reg, "sluice_store_errors_total") == "2");
-    CHECK(metric(reg, "sluice_rate_limit_decisions_total{policy=\"default\",result=\"allowed\"}") == "0");
+    CHECK(metric(reg, "sluice_rate_limit_decisions_total{policy=\"default\",result=\"allowed\",listener=\"proxy\"}") ==
+          "0");
 
     // reset() makes the outcome a pass again for the connection's next request.
     denied.reset();
