@@ -31,6 +31,7 @@ void read_config(const node_ref& root, config& out) {
                            {"plans", [&](const node_ref& v) { read_plans(v, out.plans); }},
                            {"policies", [&](const node_ref& v) { read_policies(v, out.policies); }},
                            {"routes", [&](const node_ref& v) { read_routes(v, out.routes, route_nodes); }},
+                           {"service", [&](const node_ref& v) { read_service(v, out.service); }},
                        });
     check_upstreams(root, out, route_nodes);
     check_plans(out);

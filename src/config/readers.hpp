@@ -231,6 +231,13 @@ void read_policies(const node_ref& n, std::vector<policy_config>& out);
 // checked once all are read, as plans may come after them in the file.
 void check_plans(const config& c);
 
+// A list of tiers of `kind` (as a policy's: any algorithm; two that would count in one place
+// refused).
+std::vector<tier_config> read_tier_list(const node_ref& v, const std::string& kind);
+
+// service.cpp
+void read_service(const node_ref& n, service_config& out);
+
 // routes.cpp
 // Where a route names its policy, cost and pool: checked once every policy and pool is known.
 struct route_nodes {

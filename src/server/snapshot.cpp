@@ -24,7 +24,8 @@ snapshot::snapshot(std::shared_ptr<const config::config> c, metrics::registry& m
       tls(cfg->server.tls ? std::make_shared<const tls::server_contexts>(*cfg->server.tls) : nullptr),
       unmatched_slot(m.slot("route", "unmatched")),
       generation(next_generation()),
-      pools(std::move(p)) {
+      pools(std::move(p)),
+      domains(limit::compile_domains(cfg->service)) {
     const auto* fallback = cfg->find_upstream("");
     default_pool = fallback ? static_cast<std::size_t>(fallback - cfg->upstreams.data()) : cfg->upstreams.size();
     for (const auto& u : cfg->upstreams) {

@@ -8,6 +8,7 @@
 #include "config/config.hpp"
 #include "identity/address.hpp"
 #include "identity/caller.hpp"
+#include "limit/descriptors.hpp"
 #include "limit/policy.hpp"
 #include "metrics/metrics.hpp"
 #include "route/router.hpp"
@@ -47,6 +48,8 @@ struct snapshot {
         std::size_t metric_slot = 0;
     };
     std::vector<pool_cap> pool_caps;
+    // service.domains, for the rate-limit service (src/service).
+    std::vector<limit::descriptor_domain> domains;
 };
 
 }  // namespace sluice::server
