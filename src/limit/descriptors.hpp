@@ -34,11 +34,13 @@ struct descriptor_node {
     identity::kind kind = identity::kind::ip;
     std::vector<tier> tiers;  // empty: a descriptor ending here is not limited
     std::vector<descriptor_node> children;
+    std::size_t metric_slot = 0;  // with tiers: metrics::registry::slot("descriptor", ...), set by the snapshot
 };
 
 struct descriptor_domain {
     std::string name;
     std::vector<descriptor_node> nodes;
+    std::size_t unknown_slot = 0;  // the metric slot of its descriptors that match no tiers
 };
 
 // Every domain of `c`, in file order; tier ids "<domain>/<kind>/...", as a policy's.

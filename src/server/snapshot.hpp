@@ -50,6 +50,7 @@ struct snapshot {
     std::vector<pool_cap> pool_caps;
     // service.domains, for the rate-limit service (src/service).
     std::vector<limit::descriptor_domain> domains;
+    std::size_t unknown_domain_slot = 0;  // the metric slot of descriptors of a domain not in `domains`
 };
 
 }  // namespace sluice::server

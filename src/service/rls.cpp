@@ -6,6 +6,7 @@
 
 #include <envoy/service/ratelimit/v3/rls.grpc.pb.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -161,6 +162,22 @@ void answer(const config::config& cfg, const limit::descriptor_check& check, con
     add_fields(out, fields);
 }
 
+// Each descriptor of an answered call, by its node's slot (unknown: the domain's, or that of
+// domains not configured).
+void count_descriptors(metrics::shard& m, const limit::descriptor_check& check, const response& out,
+                       const limit::descriptor_domain* d, std::size_t unknown_domain_slot) {
+    for (std::size_t i = 0; i < check.slots().size(); ++i) {
+        const auto* n = check.node(i);
+        if (!n) {
+            m.rls_decided(d ? d->unknown_slot : unknown_domain_slot, metrics::rls_descriptor::unknown);
+            continue;
+        }
+        const bool limited = i < static_cast<std::size_t>(out.statuses_size()) &&
+                             out.statuses(static_cast<int>(i)).code() == response::OVER_LIMIT;
+        m.rls_decided(n->metric_slot, limited ? metrics::rls_descriptor::limited : metrics::rls_descriptor::allowed);
+    }
+}
+
 // Decides one call on worker `w`, its thread: the status to finish it with.
 awaitable<grpc::Status> decide(server::worker& w, call c) {
     const auto snap = w.snap;
@@ -169,7 +186,8 @@ awaitable<grpc::Status> decide(server::worker& w, call c) {
     if (auto why = read_call(*c.request, entries, asks); !why.empty())
         co_return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
     limit::descriptor_check check;
-    if (auto why = check.prepare(w.hasher, limit::find_domain(snap->domains, c.request->domain()), asks); !why.empty())
+    const auto* domain = limit::find_domain(snap->domains, c.request->domain());
+    if (auto why = check.prepare(w.hasher, domain, asks); !why.empty())
         co_return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
     // A call its client gave up on is not charged.
     if (c.ctx->IsCancelled()) co_return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
@@ -179,7 +197,19 @@ awaitable<grpc::Status> decide(server::worker& w, call c) {
     if (!check.charged().keys.empty()) charged = co_await ask(w, check.charged());
     if (!check.queried().keys.empty()) queried = co_await ask(w, check.queried());
     answer(*snap->cfg, check, charged, queried, *c.answer);
+    count_descriptors(w.metrics, check, *c.answer, domain, snap->unknown_domain_slot);
     co_return grpc::Status::OK;
+}
+
+metrics::rls_call ended(const grpc::Status& s, const response& r) {
+    switch (s.error_code()) {
+        case grpc::StatusCode::OK:
+            return r.overall_code() == response::OVER_LIMIT ? metrics::rls_call::over_limit : metrics::rls_call::ok;
+        case grpc::StatusCode::INVALID_ARGUMENT: return metrics::rls_call::invalid_argument;
+        case grpc::StatusCode::DEADLINE_EXCEEDED: return metrics::rls_call::deadline_exceeded;
+        case grpc::StatusCode::CANCELLED: return metrics::rls_call::cancelled;
+        default: return metrics::rls_call::internal;
+    }
 }
 
 }  // namespace
@@ -191,13 +221,16 @@ public:
     grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* ctx, const rls::RateLimitRequest* request,
                                               response* answer) override {
         auto* reactor = ctx->DefaultReactor();
+        const auto arrived = server::clock::now();
         server::worker& w = *workers_[next_.fetch_add(1, std::memory_order_relaxed) % workers_.size()];
-        boost::asio::post(w.ioc, [&w, c = call{ctx, request, answer}, reactor] {
-            boost::asio::co_spawn(w.ioc, decide(w, c), [reactor](std::exception_ptr e, grpc::Status s) {
+        boost::asio::post(w.ioc, [&w, c = call{ctx, request, answer}, reactor, arrived] {
+            boost::asio::co_spawn(w.ioc, decide(w, c), [&w, c, reactor, arrived](std::exception_ptr e, grpc::Status s) {
                 if (e) {
                     base::log_exception("rate-limit call")(e);
                     s = grpc::Status(grpc::StatusCode::INTERNAL, "internal error");
                 }
+                w.metrics.rls_called(ended(s, *c.answer),
+                                     std::chrono::duration<double>(server::clock::now() - arrived).count());
                 reactor->Finish(s);
             });
         });
@@ -220,6 +253,8 @@ rls_server::rls_server(std::vector<server::worker*> workers) : impl_(std::make_u
 rls_server::~rls_server() { stop(config::duration(0)); }
 
 std::string rls_server::start(const config::address& at) {
+    // grpc.health.v1.Health: SERVING while the server runs, NOT_SERVING once it shuts down.
+    grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder b;
     int port = 0;
     b.AddListeningPort(at.to_string(), grpc::InsecureServerCredentials(), &port);

@@ -3,7 +3,11 @@
 #include "e2e.hpp"
 
 #include <envoy/service/ratelimit/v3/rls.grpc.pb.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+
+#include <condition_variable>
+#include <mutex>
 
 using namespace sluice::test;
 using namespace std::chrono;
@@ -239,4 +243,62 @@ TEST_CASE("rls: on Redis, exact at the limit, and two gateways on one Redis are 
         if (g.ask(request("api", {{{{"roomy", "fleet"}}}})).overall_code() == rls_response::OK) ++admitted;
     }
     CHECK(admitted == 5);
+}
+
+TEST_CASE("rls: metrics count calls by code, and descriptors by domain, kind and result") {
+    rls_gateway g(api_domains);
+    const auto tight = request("api", {{{{"tight", "m"}}}, {{{"nobody", "x"}}}});
+    CHECK(g.ask(tight).overall_code() == rls_response::OK);
+    CHECK(g.ask(tight).overall_code() == rls_response::OVER_LIMIT);
+    CHECK(g.ask(request("elsewhere", {{{{"tight", "m"}}}})).overall_code() == rls_response::OK);
+    rls_response out;
+    CHECK(g.call(request("", {{{{"tight", "m"}}}}), out).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    // Counted before the answer is sent: the scrape that follows sees them.
+    const auto text = fetch(g.gw->admin_port, "GET", "/metrics").body;
+    CHECK(metric_value(text, R"(sluice_rls_calls_total{code="ok"})") == 2);
+    CHECK(metric_value(text, R"(sluice_rls_calls_total{code="over_limit"})") == 1);
+    CHECK(metric_value(text, R"(sluice_rls_calls_total{code="invalid_argument"})") == 1);
+    CHECK(metric_value(
+              text, R"(sluice_rls_descriptors_total{domain="api",descriptor="descriptor:tight",result="allowed"})") ==
+          1);
+    CHECK(metric_value(
+              text, R"(sluice_rls_descriptors_total{domain="api",descriptor="descriptor:tight",result="limited"})") ==
+          1);
+    CHECK(metric_value(text, R"(sluice_rls_descriptors_total{domain="api",descriptor="unknown",result="unknown"})") ==
+          2);
+    const std::string unknown_domain =
+        R"x(sluice_rls_descriptors_total{domain="(unknown)",descriptor="unknown",result="unknown"})x";
+    CHECK(metric_value(text, unknown_domain) == 1);
+    CHECK(metric_value(text, "sluice_rls_call_duration_seconds_count") == 4);
+}
+
+TEST_CASE("rls: the gRPC health service answers SERVING") {
+    rls_gateway g(api_domains);
+    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(g.port), grpc::InsecureChannelCredentials());
+    grpc::GenericStub stub(channel);
+    // grpc.health.v1.HealthCheckRequest{service: ""} is empty; HealthCheckResponse{status:
+    // SERVING} is field 1 = 1, the bytes 08 01.
+    grpc::ClientContext ctx;
+    ctx.set_deadline(system_clock::now() + 5s);
+    grpc::Slice empty;
+    grpc::ByteBuffer request_bytes(&empty, 1), response_bytes;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    grpc::Status status;
+    stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request_bytes, &response_bytes,
+                   [&](grpc::Status s) {
+                       std::lock_guard lock(mu);
+                       status = std::move(s);
+                       done = true;
+                       cv.notify_one();
+                   });
+    std::unique_lock lock(mu);
+    REQUIRE(cv.wait_for(lock, 10s, [&] { return done; }));
+    REQUIRE_MESSAGE(status.ok(), status.error_message());
+    std::vector<grpc::Slice> slices;
+    REQUIRE(response_bytes.Dump(&slices).ok());
+    std::string bytes;
+    for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    CHECK(bytes == std::string("\x08\x01", 2));
 }
