@@ -1,5 +1,6 @@
 // Envoy's rate-limit service (RLS v3) over gRPC, through the real binary: a grpc++ client of
 // the test's own (proto/, as Envoy's client speaks it) against service.grpc_listen.
+#include "cluster_support.hpp"
 #include "e2e.hpp"
 
 #include <envoy/service/ratelimit/v3/rls.grpc.pb.h>
@@ -121,15 +122,8 @@ void exact_at_the_limit(const rls_gateway& g) {
     CHECK(g.ask(request("api", {{{{"remote_address", "10.0.0.2"}}}})).overall_code() == rls_response::OK);
 }
 
-}  // namespace
-
-TEST_CASE("rls: a descriptor is allowed up to exactly its limit, then OVER_LIMIT with Retry-After (memory)") {
-    rls_gateway g(api_domains);
-    exact_at_the_limit(g);
-}
-
-TEST_CASE("rls: a call refused on one descriptor consumes nothing on the others") {
-    rls_gateway g(api_domains);
+// A call refused on one descriptor counts nothing on the other: the same checks on any store.
+void refused_consumes_nothing(const rls_gateway& g) {
     const auto both = request("api", {{{{"tight", "a"}}}, {{{"roomy", "b"}}}});
     CHECK(g.ask(both).overall_code() == rls_response::OK);
     const auto refused = g.ask(both);
@@ -144,6 +138,18 @@ TEST_CASE("rls: a call refused on one descriptor consumes nothing on the others"
         CHECK(r.statuses(0).limit_remaining() == static_cast<std::uint32_t>(3 - i));
     }
     CHECK(g.ask(request("api", {{{{"roomy", "b"}}}})).overall_code() == rls_response::OVER_LIMIT);
+}
+
+}  // namespace
+
+TEST_CASE("rls: a descriptor is allowed up to exactly its limit, then OVER_LIMIT with Retry-After (memory)") {
+    rls_gateway g(api_domains);
+    exact_at_the_limit(g);
+}
+
+TEST_CASE("rls: a call refused on one descriptor consumes nothing on the others") {
+    rls_gateway g(api_domains);
+    refused_consumes_nothing(g);
 }
 
 TEST_CASE("rls: hits_addend is the cost, per call and per descriptor, and 0 asks without counting") {
@@ -301,4 +307,13 @@ TEST_CASE("rls: the gRPC health service answers SERVING") {
     std::string bytes;
     for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
     CHECK(bytes == std::string("\x08\x01", 2));
+}
+
+TEST_CASE("rls: on a Redis Cluster, exact at the limit, and a refused call consumes nothing on any node") {
+    cluster_nodes c(3, 0);
+    const std::string store = "store:\n  type: redis-cluster\n  on_error: deny\n  redis: { nodes: [\"127.0.0.1:" +
+                              std::to_string(c.ports[0]) + "\"], timeout: 2s }\n";
+    rls_gateway g(api_domains, store);
+    exact_at_the_limit(g);
+    refused_consumes_nothing(g);
 }
