@@ -2,6 +2,9 @@
 // the domains whose descriptors it limits; each key has its own reader, so that the keys of
 // other protocols join the same table.
 #include "config/readers.hpp"
+#include "config/stable_file.hpp"
+
+#include <filesystem>
 
 namespace sluice::config::detail {
 
@@ -36,6 +39,37 @@ std::optional<address> read_listen_or_off(const node_ref& v) {
     return read_address(v);
 }
 
+// An entry's key and value, as both file formats write them.
+schema::field key_field(descriptor_config& d) {
+    return {"key",
+            [&d](const node_ref& v) {
+                d.key =
+                    read_checked(v, is_descriptor_key, "expected a descriptor key of letters, digits, '_', '-' or '.'");
+            },
+            presence::required};
+}
+schema::field value_field(descriptor_config& d) {
+    return {"value", [&d](const node_ref& v) { d.value = read_string(v); }};
+}
+
+// The kind of an entry after `parent` ("" at the top): "descriptor:<key>[=<value>]/...".
+std::string kind_text(const std::string& parent, const descriptor_config& d) {
+    std::string kind = parent.empty() ? "descriptor:" : parent + "/";
+    kind += d.key;
+    if (d.value) {
+        kind += '=';
+        append_value_text(kind, *d.value);
+    }
+    return kind;
+}
+
+void check_unique(const node_ref& item, const std::vector<descriptor_config>& out, const descriptor_config& d) {
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        if (out[i].key == d.key && out[i].value == d.value)
+            item.fail("the same key and value as descriptors[" + std::to_string(i) + "]: one would never match");
+    }
+}
+
 // `parent`: the kind text of the entry before ("descriptor:path=%2Flogin"), "" at the top.
 void read_descriptors(const node_ref& n, const std::string& parent, std::vector<descriptor_config>& out) {
     schema::read_sequence(n, [&](const node_ref& item) {
@@ -43,14 +77,8 @@ void read_descriptors(const node_ref& n, const std::string& parent, std::vector<
         d.at = item.where();
         std::optional<node_ref> tiers_at, nested_at;
         read_mapping(item, {
-                               {"key",
-                                [&](const node_ref& v) {
-                                    d.key =
-                                        read_checked(v, is_descriptor_key,
-                                                     "expected a descriptor key of letters, digits, '_', '-' or '.'");
-                                },
-                                presence::required},
-                               {"value", [&](const node_ref& v) { d.value = read_string(v); }},
+                               key_field(d),
+                               value_field(d),
                                {"tiers",
                                 [&](const node_ref& v) {
                                     // Its kind, the path, is known once the key is read.
@@ -59,12 +87,7 @@ void read_descriptors(const node_ref& n, const std::string& parent, std::vector<
                                 }},
                                {"descriptors", [&](const node_ref& v) { nested_at = v; }},
                            });
-        std::string kind = parent.empty() ? "descriptor:" : parent + "/";
-        kind += d.key;
-        if (d.value) {
-            kind += '=';
-            append_value_text(kind, *d.value);
-        }
+        const std::string kind = kind_text(parent, d);
         for (auto& t : d.tiers) t.kind = kind;
         for (std::size_t i = 0; i < d.tiers.size(); ++i) {
             if (d.tiers[i].algo == algorithm::concurrency)
@@ -76,10 +99,7 @@ void read_descriptors(const node_ref& n, const std::string& parent, std::vector<
         if (item.describing()) return;
         if (d.tiers.empty() && d.descriptors.empty())
             item.fail("expected tiers, or descriptors that follow this entry (a non-empty list)");
-        for (std::size_t i = 0; i < out.size(); ++i) {
-            if (out[i].key == d.key && out[i].value == d.value)
-                item.fail("the same key and value as descriptors[" + std::to_string(i) + "]: one would never match");
-        }
+        check_unique(item, out, d);
         out.push_back(std::move(d));
     });
 }
@@ -88,6 +108,8 @@ void read_domains(const node_ref& n, std::vector<service_domain_config>& out) {
     schema::read_entries(
         n,
         [&](const std::string& name, const node_ref& v) {
+            for (const auto& other : out)
+                if (other.name == name) v.fail_at_key("domain " + name + " is defined twice");
             service_domain_config d;
             d.name = name;
             read_mapping(v, {{"descriptors", [&](const node_ref& list) { read_descriptors(list, "", d.descriptors); },
@@ -98,6 +120,106 @@ void read_domains(const node_ref& n, std::vector<service_domain_config>& out) {
         "domain");
 }
 
+// envoyproxy/ratelimit's unit: a fixed window of that length, aligned to Unix time as that
+// service counts (month: the calendar month).
+tier_config unit_tier(const node_ref& v, std::int64_t limit, const std::string& kind) {
+    tier_config t;
+    t.kind = kind;
+    t.limit = limit;
+    t.algo = algorithm::fixed;
+    const std::string unit = to_lower(v.scalar("expected a unit: second, minute, hour, day, week or month"));
+    using std::chrono::hours;
+    if (unit == "second")
+        t.per = std::chrono::seconds(1);
+    else if (unit == "minute")
+        t.per = std::chrono::minutes(1);
+    else if (unit == "hour")
+        t.per = hours(1);
+    else if (unit == "day")
+        t.per = hours(24);
+    else if (unit == "week")
+        t.per = hours(24 * 7);
+    else if (unit == "month") {
+        t.per = hours(31 * 24);
+        t.month = true;
+    } else
+        v.fail("expected a unit: second, minute, hour, day, week or month (year is not supported)");
+    t.precision = t.per;
+    return t;
+}
+
+// One descriptor of an envoyproxy/ratelimit config file, as service.domains would write it.
+void read_ratelimit_descriptors(const node_ref& n, const std::string& parent, std::vector<descriptor_config>& out) {
+    schema::read_sequence(n, [&](const node_ref& item) {
+        descriptor_config d;
+        d.at = item.where();
+        std::optional<node_ref> rate_at, nested_at;
+        read_mapping(item, {
+                               key_field(d),
+                               value_field(d),
+                               {"rate_limit", [&](const node_ref& v) { rate_at = v; }},
+                               {"descriptors", [&](const node_ref& v) { nested_at = v; }},
+                               {"shadow_mode",
+                                [&](const node_ref& v) {
+                                    if (schema::read_bool(v))
+                                        v.fail("shadow_mode: true is not supported yet (remove it, or false)");
+                                }},
+                               {"detailed_metric", [&](const node_ref& v) { schema::read_bool(v); }},
+                           });
+        const std::string kind = kind_text(parent, d);
+        if (rate_at) {
+            std::int64_t limit = 0;
+            std::optional<node_ref> unit_at;
+            bool unlimited = false;
+            read_mapping(*rate_at, {
+                                       {"unit", [&](const node_ref& v) { unit_at = v; }, presence::required},
+                                       {"requests_per_unit", [&](const node_ref& v) { limit = read_count(v); },
+                                        presence::required},
+                                       {"unlimited", [&](const node_ref& v) { unlimited = schema::read_bool(v); }},
+                                       {"name", [&](const node_ref& v) { read_string(v); }},
+                                   });
+            if (!unlimited) d.tiers.push_back(unit_tier(*unit_at, limit, kind));
+        }
+        if (nested_at) read_ratelimit_descriptors(*nested_at, kind, d.descriptors);
+        check_unique(item, out, d);
+        out.push_back(std::move(d));
+    });
+}
+
+// service.ratelimit_config_files: envoyproxy/ratelimit's files ({domain, descriptors}), each
+// one more domain. A path is relative to the config file's directory; the file's errors name it.
+void read_ratelimit_files(const node_ref& n, std::vector<service_domain_config>& out) {
+    schema::read_sequence(n, [&](const node_ref& item) {
+        if (item.describing()) return;
+        std::filesystem::path path(read_string(item));
+        if (path.is_relative()) path = std::filesystem::path(item.source()).parent_path() / path;
+        const std::string name = path.string();  // the file's node_refs point to it
+        std::string text;
+        try {
+            text = read_stable_file(name);
+        } catch (const std::exception& e) {
+            item.fail(e.what());
+        }
+        const YAML::Node doc = parse_document(text, name);
+        const node_ref root(doc, name);
+        service_domain_config d;
+        std::optional<node_ref> domain_at;
+        read_mapping(root,
+                     {
+                         {"domain",
+                          [&](const node_ref& v) {
+                              d.name = read_string(v);
+                              domain_at = v;
+                          },
+                          presence::required},
+                         {"descriptors", [&](const node_ref& v) { read_ratelimit_descriptors(v, "", d.descriptors); }},
+                     });
+        for (const auto& other : out)
+            if (other.name == d.name) domain_at->fail("domain " + d.name + " is defined twice");
+        out.push_back(std::move(d));
+    });
+}
+
 }  // namespace
 
 void read_service(const node_ref& n, service_config& out) {
@@ -105,6 +227,7 @@ void read_service(const node_ref& n, service_config& out) {
                         {"grpc_listen", [&](const node_ref& v) { out.grpc_listen = read_listen_or_off(v); },
                          presence::optional, restart_only<&config::service, &service_config::grpc_listen>},
                         {"domains", [&](const node_ref& v) { read_domains(v, out.domains); }},
+                        {"ratelimit_config_files", [&](const node_ref& v) { read_ratelimit_files(v, out.domains); }},
                     });
 }
 

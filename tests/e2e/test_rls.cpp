@@ -317,3 +317,43 @@ TEST_CASE("rls: on a Redis Cluster, exact at the limit, and a refused call consu
     exact_at_the_limit(g);
     refused_consumes_nothing(g);
 }
+
+TEST_CASE("rls: an envoyproxy/ratelimit config file loads unchanged through service.ratelimit_config_files") {
+    const std::string dir = make_temp_dir();
+    const std::string file = dir + "/legacy.yaml";
+    write_file(file, R"(domain: legacy
+descriptors:
+  - key: generic_key
+    value: slow
+    rate_limit:
+      unit: day
+      requests_per_unit: 2
+    shadow_mode: false
+  - key: generic_key
+    value: free
+    rate_limit: { unit: second, requests_per_unit: 1, unlimited: true }
+  - key: client
+    descriptors:
+      - key: path
+        rate_limit: { unit: hour, requests_per_unit: 1 }
+)");
+    rls_gateway g("  ratelimit_config_files: [ \"" + file + "\" ]\n");
+    const auto slow = request("legacy", {{{{"generic_key", "slow"}}}});
+    for (int i = 0; i < 2; ++i) {
+        const auto r = g.ask(slow);
+        CHECK(r.overall_code() == rls_response::OK);
+        CHECK(r.statuses(0).current_limit().requests_per_unit() == 2);
+        CHECK(r.statuses(0).current_limit().unit() == rls_response::RateLimit::DAY);
+    }
+    const auto over = g.ask(slow);
+    CHECK(over.overall_code() == rls_response::OVER_LIMIT);
+    CHECK(over.statuses(0).duration_until_reset().seconds() <= 86400);  // a fixed day, aligned to Unix time
+    // unlimited: matched, never limited.
+    for (int i = 0; i < 3; ++i)
+        CHECK(g.ask(request("legacy", {{{{"generic_key", "free"}}}})).overall_code() == rls_response::OK);
+    const auto nested = request("legacy", {{{{"client", "a"}, {"path", "/x"}}}});
+    CHECK(g.ask(nested).overall_code() == rls_response::OK);
+    CHECK(g.ask(nested).overall_code() == rls_response::OVER_LIMIT);
+    CHECK(g.ask(request("legacy", {{{{"client", "b"}, {"path", "/x"}}}})).overall_code() == rls_response::OK);
+    std::filesystem::remove_all(dir);
+}
