@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <condition_variable>
+#include <csignal>
 #include <mutex>
 
 using namespace sluice::test;
@@ -356,4 +357,22 @@ descriptors:
     CHECK(g.ask(nested).overall_code() == rls_response::OVER_LIMIT);
     CHECK(g.ask(request("legacy", {{{{"client", "b"}, {"path", "/x"}}}})).overall_code() == rls_response::OK);
     std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("rls: a reload applies service.domains, and a tier that keeps its id keeps its counts") {
+    rls_gateway g(api_domains);
+    const auto roomy = request("api", {{{{"roomy", "r"}}}});
+    CHECK(g.ask(roomy).statuses(0).limit_remaining() == 4);
+    auto text = read_file(g.gw->config_path);
+    const std::string from = "{ key: roomy, tiers: [ {limit: 5,", to = "{ key: roomy, tiers: [ {limit: 2,";
+    const auto at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), to);
+    write_file(g.gw->config_path, text);
+    g.gw->proc->signal(SIGHUP);
+    const auto ask_only = request("api", {descriptor{{{"roomy", "r"}}, 0}});
+    CHECK(eventually([&] { return g.ask(ask_only).statuses(0).current_limit().requests_per_unit() == 2; }));
+    // One of the two counted before the reload: one more passes.
+    CHECK(g.ask(roomy).overall_code() == rls_response::OK);
+    CHECK(g.ask(roomy).overall_code() == rls_response::OVER_LIMIT);
 }
