@@ -8,11 +8,13 @@ export DEBIAN_FRONTEND=noninteractive
 
 if [ "${1:-}" = "--runtime" ]; then
   pkgs=(ca-certificates curl libboost-program-options1.81.0 libhiredis0.14 libyaml-cpp0.7
-        libprometheus-cpp-core1.0 libssl3 libjwt0 libspdlog1.10 libfmt9)
+        libprometheus-cpp-core1.0 libssl3 libjwt0 libspdlog1.10 libfmt9
+        libgrpc++1.51 libgrpc29 libprotobuf32)
 else
   pkgs=(build-essential cmake pkg-config git ca-certificates
         libboost1.81-all-dev libhiredis-dev libyaml-cpp-dev prometheus-cpp-dev libssl-dev
         libjwt-dev doctest-dev libspdlog-dev libfmt-dev redis-server
+        libgrpc++-dev protobuf-compiler-grpc   # Envoy's rate-limit service (proto/, src/service)
         clang libclang-rt-14-dev clang-format clang-tidy
         slowhttptest
         haproxy           # in front of the gateway in the PROXY protocol tests (tests/e2e)

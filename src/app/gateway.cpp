@@ -7,6 +7,7 @@
 #include "server/access_log.hpp"
 #include "server/snapshot.hpp"
 #include "server/worker.hpp"
+#include "service/rls.hpp"
 #include "store/fallback_store.hpp"
 #include "store/memory_store.hpp"
 #include "store/redis_store.hpp"
@@ -154,6 +155,7 @@ private:
     std::shared_ptr<const server::snapshot> snap_;  // the running config's
     std::unique_ptr<control_plane> control_;        // the admin's blocks, overrides and store calls
     std::unique_ptr<admin_server> admin_;
+    std::unique_ptr<service::rls_server> rls_;  // service.grpc_listen; null when off
     asio::signal_set stop_signals_{main_ioc_, SIGINT, SIGTERM};
     asio::signal_set reload_signal_{main_ioc_, SIGHUP};
     asio::signal_set reopen_signal_{main_ioc_, SIGUSR1};
@@ -368,6 +370,21 @@ void gateway::open_listeners() {
         main_ioc_.stop();
         return;
     }
+    std::string grpc_bound;
+    if (cfg_->service.grpc_listen) {
+        std::vector<server::worker*> ws;
+        for (auto& w : workers_) ws.push_back(w.get());
+        rls_ = std::make_unique<service::rls_server>(std::move(ws));
+        try {
+            grpc_bound = rls_->start(*cfg_->service.grpc_listen);
+        } catch (const std::exception& e) {
+            spdlog::error("cannot listen: {}", e.what());
+            rls_.reset();
+            exit_code_ = 1;
+            main_ioc_.stop();
+            return;
+        }
+    }
     // Read before a worker uses the acceptors.
     const auto bound = cfg_->server.plain ? to_text(workers_[0]->acceptor.local_endpoint()) : std::string("off");
     const auto tls_bound = cfg_->server.tls ? to_text(workers_[0]->tls_acceptor.local_endpoint()) : std::string();
@@ -380,12 +397,16 @@ void gateway::open_listeners() {
                  upstream_summary(*cfg_).c_str());
     if (!tls_bound.empty()) std::fprintf(stderr, "sluice: TLS listening on %s\n", tls_bound.c_str());
     if (!check_bound.empty()) std::fprintf(stderr, "sluice: check listening on %s\n", check_bound.c_str());
+    if (!grpc_bound.empty())
+        std::fprintf(stderr, "sluice: rate-limit service (gRPC) listening on %s\n", grpc_bound.c_str());
 }
 
 // Stop accepting, let in-flight requests finish, force the rest after drain_timeout.
 void gateway::drain(int sig) {
     spdlog::info("signal {}: draining for up to {} ms", sig, cfg_->server.drain_timeout.count());
     draining_ = true;
+    // First, while the workers still run the calls under way: they finish them.
+    if (rls_) rls_->stop(cfg_->server.drain_timeout);
     store_wait_.cancel();
     reload_timer_.cancel();
     upstreams_.stop();
@@ -499,6 +520,7 @@ int gateway::run() {
     if (memory_) collect_expired();
     wait_for_store(std::chrono::steady_clock::now() + cfg_->store.redis_start_timeout);
     main_ioc_.run();
+    rls_.reset();  // before the workers that decide its calls stop
     upstreams_.stop();
     for (auto& w : workers_) w->ioc.stop();
     for (auto& t : threads) t.join();

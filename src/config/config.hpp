@@ -452,9 +452,33 @@ struct route_config {
     bool operator==(const route_config&) const = default;
 };
 
-// service: Sluice as the rate-limit service of another proxy. Each key has a reader of its
-// own in service.cpp.
+// service.domains.<domain>.descriptors[i]: one entry of a rate-limit descriptor (Envoy's RLS:
+// a list of key/value entries), matched in order down this tree: an entry matches the node of
+// its key whose value it equals, else the node of its key without a value (any value). A
+// descriptor is limited by the tiers of the node its last entry matched.
+struct descriptor_config {
+    std::string key;                             // letters, digits, '_', '-', '.'
+    std::optional<std::string> value;            // unset: any value (each one counted on its own)
+    std::vector<tier_config> tiers;              // any algorithm but concurrency; empty: not limited here
+    std::vector<descriptor_config> descriptors;  // the entries that may follow this one
+    std::string at;                              // "FILE:LINE:COLUMN: service.domains.api.descriptors[0]"
+
+    bool operator==(const descriptor_config&) const = default;
+};
+
+// service.domains.<name>: the descriptor tree of one RLS domain.
+struct service_domain_config {
+    std::string name;
+    std::vector<descriptor_config> descriptors;
+
+    bool operator==(const service_domain_config&) const = default;
+};
+
+// service: Sluice as a rate-limit service for other proxies (src/service, and the check in
+// src/server). Each key has a reader of its own in service.cpp.
 struct service_config {
+    std::optional<address> grpc_listen;          // Envoy's RLS v3 over gRPC; unset: off
+    std::vector<service_domain_config> domains;  // in file order
     // service.http_listen: the HTTP check (GET|POST /check), as nginx's auth_request and
     // Traefik's forwardAuth ask it; unset: off.
     std::optional<address> http_listen;

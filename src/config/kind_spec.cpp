@@ -72,7 +72,7 @@ void append_part_text(std::string& out, const kind_part& p) {
     }
 }
 
-void kind_spec::hash_input(std::span<const std::string_view> values, std::string& out) const {
+void kind_spec::hash_input(std::span<const std::string_view> values, std::string& out) {
     out.clear();
     if (values.size() == 1) {
         out.append(values.front());

@@ -39,8 +39,9 @@ struct kind_spec {
     // part, in order): hasher::hash(text, input). A single part: its value as is, so `ip`
     // and `user` hash exactly as they always have (the ip identifier text, the caller's user
     // string). A composite: each value as "<decimal length>:<value>", concatenated, so no
-    // two combinations share an input. Writes into `out` (cleared first).
-    void hash_input(std::span<const std::string_view> values, std::string& out) const;
+    // two combinations share an input. Writes into `out` (cleared first). The same for any
+    // list of values (a rate-limit descriptor's entries).
+    static void hash_input(std::span<const std::string_view> values, std::string& out);
 };
 
 // Limits of the grammar: a name has 1 to max_name_length characters; a composite at most

@@ -329,6 +329,8 @@ policy_config read_policy(const node_ref& n, const std::string& name) {
 
 }  // namespace
 
+std::vector<tier_config> read_tier_list(const node_ref& v, const std::string& kind) { return read_tiers(v, kind); }
+
 void read_policies(const node_ref& n, std::vector<policy_config>& out) {
     schema::read_entries(n, [&](const std::string& name, const node_ref& v) {
         if (name == "none") v.fail_at_key(reserved_policy_name);

@@ -236,6 +236,13 @@ void read_policies(const node_ref& n, std::vector<policy_config>& out);
 // checked once all are read, as plans may come after them in the file.
 void check_plans(const config& c);
 
+// A list of tiers of `kind` (as a policy's: any algorithm; two that would count in one place
+// refused).
+std::vector<tier_config> read_tier_list(const node_ref& v, const std::string& kind);
+
+// service.cpp
+void read_service(const node_ref& n, service_config& out);
+
 // routes.cpp
 // Where a route names its policy, cost and pool: checked once every policy and pool is known.
 struct route_nodes {
@@ -254,9 +261,6 @@ void read_upstreams(const node_ref& n, std::vector<upstream_config>& pools);
 // Once routes are read: some pool exists, each route's pool exists (a route that names
 // none needs the pool "default").
 void check_upstreams(const node_ref& root, const config& c, const std::vector<route_nodes>& at);
-
-// service.cpp
-void read_service(const node_ref& n, service_config& out);
 
 // load.cpp
 // The single document of `text`; an empty text is an empty (null) document.

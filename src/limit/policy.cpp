@@ -53,6 +53,10 @@ std::vector<std::string> tier_names(const config::policy_config& p) {
     for (const auto& k : p.kinds) {
         for (const auto& t : k.tiers) tiers.push_back(&t);
     }
+    return tier_names(tiers);
+}
+
+std::vector<std::string> tier_names(std::span<const config::tier_config* const> tiers) {
     std::vector<std::string> names;
     names.reserve(tiers.size());
     for (const auto* t : tiers) names.push_back(t->kind + '-' + per_text(*t));

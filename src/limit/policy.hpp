@@ -7,6 +7,7 @@
 #include "limit/decide.hpp"
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,8 @@ std::string tier_id(std::string_view policy, const config::tier_config& t);
 // shared "-2", "-3"... from the second one on. A plan's user tiers are named
 // "<plan>-user-<per>" the same way.
 std::vector<std::string> tier_names(const config::policy_config& p);
+// The same naming over any list of tiers (a rate-limit descriptor's).
+std::vector<std::string> tier_names(std::span<const config::tier_config* const> tiers);
 
 // Every policy of `c`, in file order.
 std::vector<policy> compile_policies(const config::config& c);

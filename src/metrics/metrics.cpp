@@ -82,6 +82,29 @@ const char* to_string(tls_version v) {
     return "unknown";
 }
 
+const char* to_string(rls_call c) {
+    switch (c) {
+        case rls_call::ok: return "ok";
+        case rls_call::over_limit: return "over_limit";
+        case rls_call::invalid_argument: return "invalid_argument";
+        case rls_call::deadline_exceeded: return "deadline_exceeded";
+        case rls_call::cancelled: return "cancelled";
+        case rls_call::internal: return "internal";
+        case rls_call::count_: break;
+    }
+    return "unknown";
+}
+
+const char* to_string(rls_descriptor d) {
+    switch (d) {
+        case rls_descriptor::allowed: return "allowed";
+        case rls_descriptor::limited: return "limited";
+        case rls_descriptor::unknown: return "unknown";
+        case rls_descriptor::count_: break;
+    }
+    return "unknown";
+}
+
 const char* to_string(proxy_refusal r) {
     switch (r) {
         case proxy_refusal::untrusted: return "untrusted";
@@ -150,7 +173,10 @@ void registry::add_controls(std::function<std::pair<std::size_t, std::size_t>()>
 
 std::size_t registry::slot(std::string_view kind, const std::string& name) {
     std::lock_guard lock(names_mu_);
-    auto& names = kind == "route" ? routes_ : kind == "upstream" ? upstreams_ : policies_;
+    auto& names = kind == "route"        ? routes_
+                  : kind == "upstream"   ? upstreams_
+                  : kind == "descriptor" ? descriptors_
+                                         : policies_;
     for (std::size_t i = 0; i < names.size(); ++i)
         if (names[i] == name) return i;
     if (names.size() + 1 >= max_slots) {
@@ -568,6 +594,39 @@ std::string registry::scrape() const {
                                                 sum));
         }
     out.push_back(std::move(handshakes));
+
+    auto rls_calls = family("sluice_rls_calls_total",
+                            "Rate-limit service calls (Envoy's RLS over gRPC), by how they ended: ok and over_limit "
+                            "by the answer's overall code, else the gRPC status.",
+                            MetricType::Counter);
+    for (std::size_t c = 0; c < static_cast<std::size_t>(rls_call::count_); ++c) {
+        std::uint64_t sum = 0;
+        for (const auto& s : shards_) sum += s->rls_calls_[c].get();
+        rls_calls.metric.push_back(counter({{"code", to_string(static_cast<rls_call>(c))}}, sum));
+    }
+    out.push_back(std::move(rls_calls));
+    auto rls_duration = family("sluice_rls_call_duration_seconds",
+                               "Time from a rate-limit service call's arrival to its answer.", MetricType::Histogram);
+    rls_duration.metric.push_back(histogram(shards_, &shard::rls_duration_, duration_buckets));
+    out.push_back(std::move(rls_duration));
+    constexpr auto rls_results = static_cast<std::size_t>(rls_descriptor::count_);
+    auto rls_descriptors = family("sluice_rls_descriptors_total",
+                                  "Descriptors of rate-limit service calls, by domain, descriptor (its kind, "
+                                  "unknown: no tiers matched it) and result.",
+                                  MetricType::Counter);
+    for (std::size_t d = 0; d < descriptors_.size(); ++d) {
+        const auto tab = descriptors_[d].find('\t');
+        const std::string domain = descriptors_[d].substr(0, tab);
+        const std::string kind = tab == std::string::npos ? "other" : descriptors_[d].substr(tab + 1);
+        for (std::size_t r = 0; r < rls_results; ++r) {
+            std::uint64_t sum = 0;
+            for (const auto& s : shards_) sum += s->rls_descriptors_[d * rls_results + r].get();
+            rls_descriptors.metric.push_back(counter(
+                {{"domain", domain}, {"descriptor", kind}, {"result", to_string(static_cast<rls_descriptor>(r))}},
+                sum));
+        }
+    }
+    out.push_back(std::move(rls_descriptors));
     auto expiry = family("sluice_tls_certificate_expiry_seconds",
                          "Seconds until each certificate the TLS listener serves expires (its notAfter), by its "
                          "first name; negative once expired.",

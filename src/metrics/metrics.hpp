@@ -63,6 +63,14 @@ const char* to_string(tls_result r);
 enum class tls_version : std::size_t { tls1_2, tls1_3, none, count_ };
 const char* to_string(tls_version v);
 
+// How a call of the rate-limit service (src/service) ended: OK split by its overall code,
+// else its gRPC status.
+enum class rls_call : std::size_t { ok, over_limit, invalid_argument, deadline_exceeded, cancelled, internal, count_ };
+const char* to_string(rls_call c);
+// What became of one descriptor of a call (unknown: no tiers matched it; allowed, not limited).
+enum class rls_descriptor : std::size_t { allowed, limited, unknown, count_ };
+const char* to_string(rls_descriptor d);
+
 // Routes and policies are named by slots handed out by registry::slot(); names beyond
 // max_slots share the last slot, labelled "other".
 inline constexpr std::size_t max_slots = 128;
@@ -133,6 +141,17 @@ public:
     void lease_held() { leases_held_.add(); }
     void lease_ended() { leases_held_.sub(); }
     void proxy_protocol_refused(proxy_refusal r) { proxy_refused_[static_cast<std::size_t>(r)].add(); }
+    // A rate-limit service call ended, `seconds` after gRPC handed it over.
+    void rls_called(rls_call c, double seconds) {
+        rls_calls_[static_cast<std::size_t>(c)].add();
+        rls_duration_.observe(duration_buckets, seconds);
+    }
+    // One descriptor's result, by its slot (registry::slot("descriptor", "<domain>\t<kind>")).
+    void rls_decided(std::size_t descriptor_slot, rls_descriptor r) {
+        rls_descriptors_[descriptor_slot * static_cast<std::size_t>(rls_descriptor::count_) +
+                         static_cast<std::size_t>(r)]
+            .add();
+    }
     void tls_handshake(tls_result r, tls_version v) {
         handshakes_[static_cast<std::size_t>(r) * static_cast<std::size_t>(tls_version::count_) +
                     static_cast<std::size_t>(v)]
@@ -157,6 +176,9 @@ private:
     std::array<cell, static_cast<std::size_t>(proxy_refusal::count_)> proxy_refused_{};
     std::array<cell, static_cast<std::size_t>(tls_result::count_) * static_cast<std::size_t>(tls_version::count_)>
         handshakes_{};
+    std::array<cell, static_cast<std::size_t>(rls_call::count_)> rls_calls_{};
+    histogram_cells<duration_buckets.size()> rls_duration_;
+    std::array<cell, max_slots* static_cast<std::size_t>(rls_descriptor::count_)> rls_descriptors_{};
 };
 
 // Owns the shards and renders /metrics. Construct once before the workers start.
@@ -201,7 +223,8 @@ class registry {
 public:
     explicit registry(std::size_t workers);
     shard& worker(std::size_t i) { return *shards_[i]; }
-    // The slot for a route, policy or pool name ("route", "policy" or "upstream"), the same for the same name
+    // The slot for a route, policy, pool or descriptor name ("route", "policy", "upstream" or
+    // "descriptor": "<domain>\t<descriptor kind>"), the same for the same name
     // across reloads. Any thread (takes a mutex; call when compiling a config, not per request).
     std::size_t slot(std::string_view kind, const std::string& name);
     // Store figures read at scrape time.
@@ -242,7 +265,7 @@ public:
 private:
     std::vector<std::unique_ptr<shard>> shards_;
     mutable std::mutex names_mu_;
-    std::vector<std::string> routes_, policies_, upstreams_;
+    std::vector<std::string> routes_, policies_, upstreams_, descriptors_;
     std::vector<std::pair<std::string, std::int64_t>> certificates_;  // under names_mu_
     std::function<std::size_t()> keys_held_;
     std::function<std::uint64_t()> evictions_;

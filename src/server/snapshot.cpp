@@ -7,6 +7,14 @@ namespace sluice::server {
 
 namespace {
 
+// Each limited node's metric slot: "<domain>\t<kind>".
+void assign_slots(metrics::registry& m, const std::string& domain, std::vector<limit::descriptor_node>& nodes) {
+    for (auto& n : nodes) {
+        if (!n.tiers.empty()) n.metric_slot = m.slot("descriptor", domain + '\t' + identity::to_string(n.kind));
+        assign_slots(m, domain, n.children);
+    }
+}
+
 std::uint64_t next_generation() {
     static std::atomic<std::uint64_t> last{0};
     return ++last;
@@ -26,7 +34,8 @@ snapshot::snapshot(std::shared_ptr<const config::config> c, metrics::registry& m
       unmatched_slot(m.slot("route", "unmatched")),
       check_slot(cfg->service.http_listen ? m.slot("route", "(check)") : unmatched_slot),
       generation(next_generation()),
-      pools(std::move(p)) {
+      pools(std::move(p)),
+      domains(limit::compile_domains(cfg->service)) {
     const auto* fallback = cfg->find_upstream("");
     default_pool = fallback ? static_cast<std::size_t>(fallback - cfg->upstreams.data()) : cfg->upstreams.size();
     for (const auto& u : cfg->upstreams) {
@@ -40,6 +49,11 @@ snapshot::snapshot(std::shared_ptr<const config::config> c, metrics::registry& m
     }
     for (auto& p : policies) p.metric_slot = m.slot("policy", p.name);
     for (auto& r : router.routes()) r.metric_slot = m.slot("route", r.name);
+    for (auto& d : domains) {
+        d.unknown_slot = m.slot("descriptor", d.name + "\tunknown");
+        assign_slots(m, d.name, d.nodes);
+    }
+    if (cfg->service.grpc_listen) unknown_domain_slot = m.slot("descriptor", "(unknown)\tunknown");
 }
 
 }  // namespace sluice::server

@@ -8,6 +8,7 @@
 #include "config/config.hpp"
 #include "identity/address.hpp"
 #include "identity/caller.hpp"
+#include "limit/descriptors.hpp"
 #include "limit/policy.hpp"
 #include "metrics/metrics.hpp"
 #include "route/router.hpp"
@@ -49,6 +50,9 @@ struct snapshot {
         std::size_t metric_slot = 0;
     };
     std::vector<pool_cap> pool_caps;
+    // service.domains, for the rate-limit service (src/service).
+    std::vector<limit::descriptor_domain> domains;
+    std::size_t unknown_domain_slot = 0;  // the metric slot of descriptors of a domain not in `domains`
 };
 
 }  // namespace sluice::server

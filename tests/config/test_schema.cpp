@@ -63,7 +63,10 @@ TEST_CASE("schema_keys: every key once, list items as [] and names the user choo
                             "upstream.servers[].weight",
                             "upstreams.<name>.servers[].url",
                             "upstreams.<name>.health.passive.eject_for",
-                            "upstreams.<name>.queue.timeout"}) {
+                            "upstreams.<name>.queue.timeout",
+                            "service.grpc_listen",
+                            "service.domains.<domain>.descriptors[].value",
+                            "service.domains.<domain>.descriptors[].tiers[].algorithm"}) {
         CHECK_MESSAGE(has(keys, key), key);
     }
     CHECK(std::set<std::string>(keys.begin(), keys.end()).size() == keys.size());
@@ -93,6 +96,7 @@ TEST_CASE("restart_only_keys: the keys a reload keeps, declared by the schema") 
                                             "store.on_error",
                                             "store.fleet_size",
                                             "store.hash_secret_env",
+                                            "service.grpc_listen",
                                             "service.http_listen"};
     CHECK(restart_only_names() == expected);
     const auto keys = cfg::schema_keys();
@@ -127,7 +131,7 @@ store: { type: redis, on_error: deny, redis: { timeout: 30ms } }
 // docs/configuration.md is the reference: its key tables ("| `dotted.key` | default | meaning |")
 // name every key the loader reads (a mapping may be documented through its keys alone), and
 // no key the loader would refuse. Tier keys are documented once, under policies.<name>.ip[]:
-// user tiers, other kinds' tiers and a plan's tiers take the same keys. Pool keys likewise, under
+// user tiers, other kinds' tiers, a plan's tiers and a descriptor's tiers take the same keys. Pool keys likewise, under
 // upstreams.<name>: the upstream: block is a pool too.
 TEST_CASE("docs/configuration.md documents every key of the schema, and no other") {
     std::ifstream in(SLUICE_TEST_DIR "/../docs/configuration.md");
@@ -143,7 +147,8 @@ TEST_CASE("docs/configuration.md documents every key of the schema, and no other
 
     const auto schema = cfg::schema_keys();
     const auto as_documented = [](std::string key) {
-        for (const std::string tiers : {"policies.<name>.user[]", "policies.<name>.<kind>[]", "plans.<name>.user[]"}) {
+        for (const std::string tiers : {"policies.<name>.user[]", "policies.<name>.<kind>[]", "plans.<name>.user[]",
+                                        "service.domains.<domain>.descriptors[].tiers[]"}) {
             if (key.rfind(tiers, 0) == 0) key = "policies.<name>.ip[]" + key.substr(tiers.size());
         }
         if (key.rfind("upstream.", 0) == 0) key = "upstreams.<name>." + key.substr(9);

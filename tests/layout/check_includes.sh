@@ -9,7 +9,8 @@ src="${1:-$(dirname "$0")/../..}/src"
 
 # Each module and the modules below it that it may use.
 declare -A may_use=(
-  [app]="server upstream proxy route identity limit store tls http config metrics base"  # wires the rest
+  [app]="service server upstream proxy route identity limit store tls http config metrics base"  # wires the rest
+  [service]="server upstream proxy route identity limit tls http config metrics base"  # Envoy's rate-limit service: calls decided on the workers (server/worker.hpp reaches all server does)
   [server]="upstream proxy route identity limit tls http config metrics base"            # the session runs every phase
   [upstream]="proxy tls http config metrics base"  # pools of servers: balancing, health, DNS, retries' budget
   [proxy]="tls http config metrics base"                                      # the exchange with the upstream

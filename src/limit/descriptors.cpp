@@ -1,0 +1,123 @@
+#include "limit/descriptors.hpp"
+
+#include "limit/policy.hpp"
+
+#include <algorithm>
+
+namespace sluice::limit {
+
+namespace {
+
+descriptor_node compile_node(const std::string& domain, const config::descriptor_config& c) {
+    descriptor_node n;
+    n.key = c.key;
+    n.value = c.value;
+    std::vector<const config::tier_config*> tiers;
+    for (const auto& t : c.tiers) tiers.push_back(&t);
+    const auto names = tier_names(tiers);
+    for (std::size_t i = 0; i < c.tiers.size(); ++i)
+        n.tiers.push_back(tier::from(c.tiers[i], tier_id(domain, c.tiers[i]), names[i]));
+    // The kind's text is the tiers' (config/service.cpp writes the path into each); a node
+    // without tiers names no identifier.
+    if (!c.tiers.empty()) n.kind = identity::kind_of(c.tiers.front().kind);
+    for (const auto& child : c.descriptors) n.children.push_back(compile_node(domain, child));
+    return n;
+}
+
+const descriptor_node* find_child(const std::vector<descriptor_node>& nodes, const descriptor_entry& e) {
+    const descriptor_node* any = nullptr;
+    for (const auto& n : nodes) {
+        if (n.key != e.key) continue;
+        if (n.value && *n.value == e.value) return &n;
+        if (!n.value && !any) any = &n;
+    }
+    return any;
+}
+
+}  // namespace
+
+std::vector<descriptor_domain> compile_domains(const config::service_config& c) {
+    std::vector<descriptor_domain> out;
+    for (const auto& d : c.domains) {
+        descriptor_domain dom;
+        dom.name = d.name;
+        for (const auto& n : d.descriptors) dom.nodes.push_back(compile_node(d.name, n));
+        out.push_back(std::move(dom));
+    }
+    return out;
+}
+
+const descriptor_domain* find_domain(std::span<const descriptor_domain> domains, std::string_view name) {
+    for (const auto& d : domains)
+        if (d.name == name) return &d;
+    return nullptr;
+}
+
+const descriptor_node* match(const descriptor_domain& d, std::span<const descriptor_entry> entries) {
+    const descriptor_node* at = nullptr;
+    const std::vector<descriptor_node>* level = &d.nodes;
+    for (const auto& e : entries) {
+        at = find_child(*level, e);
+        if (!at) return nullptr;
+        level = &at->children;
+    }
+    return at;
+}
+
+std::size_t descriptor_check::add_key(const identity::hasher& hasher, const descriptor_node& n,
+                                      std::span<const descriptor_entry> entries,
+                                      std::array<store_key, max_request_keys>& keys, std::size_t& count) {
+    std::array<std::string_view, max_request_keys> values;
+    std::vector<std::string_view> more;  // a descriptor of more entries than max_request_keys
+    std::span<const std::string_view> all;
+    if (entries.size() <= values.size()) {
+        for (std::size_t i = 0; i < entries.size(); ++i) values[i] = entries[i].value;
+        all = std::span(values.data(), entries.size());
+    } else {
+        for (const auto& e : entries) more.push_back(e.value);
+        all = more;
+    }
+    config::kind_spec::hash_input(all, input_);
+    const digest id = hasher.hash(identity::to_string(n.kind), input_);
+    // Two descriptors of one call that name one identifier are one key: the store must not
+    // see it twice in a request.
+    for (std::size_t i = 0; i < count; ++i)
+        if (keys[i].kind == n.kind && keys[i].id == id && keys[i].tiers.data() == n.tiers.data()) return i;
+    if (count == keys.size()) return static_cast<std::size_t>(-1);
+    keys[count] = store_key{n.kind, id, n.tiers, 0};
+    return count++;
+}
+
+std::string descriptor_check::prepare(const identity::hasher& hasher, const descriptor_domain* d,
+                                      std::span<const descriptor_ask> asks) {
+    slots_.assign(asks.size(), slot{});
+    nodes_.assign(asks.size(), nullptr);
+    std::size_t charged = 0, queried = 0;
+    std::optional<std::int64_t> cost;
+    for (std::size_t i = 0; i < asks.size(); ++i) {
+        const auto& a = asks[i];
+        if (a.entries.empty()) return "descriptors[" + std::to_string(i) + "] has no entries";
+        const descriptor_node* n = d ? match(*d, a.entries) : nullptr;
+        if (!n || n->tiers.empty()) continue;
+        nodes_[i] = n;
+        const bool counts = a.cost > 0;
+        if (counts) {
+            if (cost && *cost != a.cost)
+                return "descriptors of one call are decided together at one cost: hits_addend " +
+                       std::to_string(*cost) + " and " + std::to_string(a.cost) + " differ";
+            cost = a.cost;
+        }
+        const std::size_t k = counts ? add_key(hasher, *n, a.entries, charged_keys_, charged)
+                                     : add_key(hasher, *n, a.entries, queried_keys_, queried);
+        if (k == static_cast<std::size_t>(-1) || charged + queried > max_request_keys)
+            return "more than " + std::to_string(max_request_keys) +
+                   " limited descriptors in one call (one store request carries them all)";
+        slots_[i] = {counts ? part::charged : part::queried, k};
+    }
+    charged_ = check_request{std::span(charged_keys_.data(), charged), cost.value_or(1)};
+    queried_ = check_request{std::span(queried_keys_.data(), queried), 0};
+    queried_.query = true;
+    return "";
+}
+
+}  // namespace sluice::limit

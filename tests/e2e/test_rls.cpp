@@ -1,0 +1,378 @@
+// Envoy's rate-limit service (RLS v3) over gRPC, through the real binary: a grpc++ client of
+// the test's own (proto/, as Envoy's client speaks it) against service.grpc_listen.
+#include "cluster_support.hpp"
+#include "e2e.hpp"
+
+#include <envoy/service/ratelimit/v3/rls.grpc.pb.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <condition_variable>
+#include <csignal>
+#include <mutex>
+
+using namespace sluice::test;
+using namespace std::chrono;
+
+namespace {
+
+namespace rls = envoy::service::ratelimit::v3;
+using rls_response = rls::RateLimitResponse;
+
+struct descriptor {
+    descriptor(std::vector<std::pair<std::string, std::string>> e, std::optional<std::uint64_t> h = std::nullopt)
+        : entries(std::move(e)), hits(h) {}
+    std::vector<std::pair<std::string, std::string>> entries;
+    std::optional<std::uint64_t> hits;  // the descriptor's own hits_addend
+};
+
+rls::RateLimitRequest request(const std::string& domain, const std::vector<descriptor>& ds, std::uint32_t hits = 0) {
+    rls::RateLimitRequest r;
+    r.set_domain(domain);
+    r.set_hits_addend(hits);
+    for (const auto& d : ds) {
+        auto* out = r.add_descriptors();
+        for (const auto& [k, v] : d.entries) {
+            auto* e = out->add_entries();
+            e->set_key(k);
+            e->set_value(v);
+        }
+        if (d.hits) out->mutable_hits_addend()->set_value(*d.hits);
+    }
+    return r;
+}
+
+std::string header(const rls_response& r, const std::string& name) {
+    for (const auto& h : r.response_headers_to_add())
+        if (h.key() == name) return h.value();
+    return "";
+}
+
+// A gateway (and its test upstream) with the rate-limit service on a kernel-chosen port.
+struct rls_gateway {
+    explicit rls_gateway(const std::string& service_yaml, const std::string& store_yaml = "") {
+        up = start_upstream();
+        gw = start_gateway(
+            gateway_yaml(up->port, {}, store_yaml + "service:\n  grpc_listen: \"127.0.0.1:0\"\n" + service_yaml), {},
+            {{"SLUICE_HASH_SECRET", "rls-secret"}});
+        const auto m = gw->proc->wait_for_line(R"(rate-limit service \(gRPC\) listening on 127\.0\.0\.1:(\d+))");
+        port = static_cast<std::uint16_t>(std::stoi(m[1]));
+        stub = rls::RateLimitService::NewStub(
+            grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+    }
+
+    grpc::Status call(const rls::RateLimitRequest& r, rls_response& out, milliseconds deadline = 5s) const {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(system_clock::now() + deadline);
+        out.Clear();
+        return stub->ShouldRateLimit(&ctx, r, &out);
+    }
+    // The answer to a call that must succeed.
+    rls_response ask(const rls::RateLimitRequest& r) const {
+        rls_response out;
+        const auto s = call(r, out);
+        REQUIRE_MESSAGE(s.ok(), s.error_message());
+        return out;
+    }
+
+    std::unique_ptr<upstream_server> up;
+    std::unique_ptr<gateway> gw;
+    std::uint16_t port = 0;
+    std::unique_ptr<rls::RateLimitService::Stub> stub;
+};
+
+const std::string api_domains = R"(  domains:
+    api:
+      descriptors:
+        - { key: remote_address, tiers: [ {limit: 3, per: 1m, algorithm: log} ] }
+        - { key: tight, tiers: [ {limit: 1, per: 1m, algorithm: log} ] }
+        - { key: roomy, tiers: [ {limit: 5, per: 1m, algorithm: log} ] }
+        - { key: short, tiers: [ {limit: 1, per: 2s, algorithm: log} ] }
+        - key: path
+          value: /login
+          descriptors: [ { key: remote_address, tiers: [ {limit: 2, per: 1m, algorithm: log} ] } ]
+)";
+
+// Exactly the limit, then OVER_LIMIT with its fields: the same checks on any store.
+void exact_at_the_limit(const rls_gateway& g) {
+    const auto one = request("api", {{{{"remote_address", "10.0.0.1"}}}});
+    for (int i = 0; i < 3; ++i) {
+        const auto r = g.ask(one);
+        CHECK(r.overall_code() == rls_response::OK);
+        REQUIRE(r.statuses_size() == 1);
+        const auto& s = r.statuses(0);
+        CHECK(s.code() == rls_response::OK);
+        CHECK(s.current_limit().requests_per_unit() == 3);
+        CHECK(s.current_limit().unit() == rls_response::RateLimit::MINUTE);
+        CHECK(s.limit_remaining() == static_cast<std::uint32_t>(2 - i));
+        CHECK(header(r, "Retry-After").empty());
+        CHECK(header(r, "RateLimit-Policy").find(";q=3;w=60") != std::string::npos);
+    }
+    const auto over = g.ask(one);
+    CHECK(over.overall_code() == rls_response::OVER_LIMIT);
+    CHECK(over.statuses(0).code() == rls_response::OVER_LIMIT);
+    CHECK(over.statuses(0).limit_remaining() == 0);
+    const auto reset = over.statuses(0).duration_until_reset();
+    CHECK(reset.seconds() * 1'000'000'000LL + reset.nanos() > 55'000'000'000LL);  // the oldest entry leaves at 60 s
+    CHECK(reset.seconds() < 60);
+    const auto retry = header(over, "Retry-After");
+    REQUIRE(!retry.empty());
+    CHECK(std::stoi(retry) == reset.seconds() + (reset.nanos() > 0 ? 1 : 0));
+    CHECK(header(over, "RateLimit").find(";r=0;") != std::string::npos);
+    // Another value is another identifier.
+    CHECK(g.ask(request("api", {{{{"remote_address", "10.0.0.2"}}}})).overall_code() == rls_response::OK);
+}
+
+// A call refused on one descriptor counts nothing on the other: the same checks on any store.
+void refused_consumes_nothing(const rls_gateway& g) {
+    const auto both = request("api", {{{{"tight", "a"}}}, {{{"roomy", "b"}}}});
+    CHECK(g.ask(both).overall_code() == rls_response::OK);
+    const auto refused = g.ask(both);
+    CHECK(refused.overall_code() == rls_response::OVER_LIMIT);
+    REQUIRE(refused.statuses_size() == 2);
+    CHECK(refused.statuses(0).code() == rls_response::OVER_LIMIT);
+    CHECK(refused.statuses(1).code() == rls_response::OK);
+    // roomy counted the first call only: four left, and exactly four more pass.
+    for (int i = 0; i < 4; ++i) {
+        const auto r = g.ask(request("api", {{{{"roomy", "b"}}}}));
+        CHECK(r.overall_code() == rls_response::OK);
+        CHECK(r.statuses(0).limit_remaining() == static_cast<std::uint32_t>(3 - i));
+    }
+    CHECK(g.ask(request("api", {{{{"roomy", "b"}}}})).overall_code() == rls_response::OVER_LIMIT);
+}
+
+}  // namespace
+
+TEST_CASE("rls: a descriptor is allowed up to exactly its limit, then OVER_LIMIT with Retry-After (memory)") {
+    rls_gateway g(api_domains);
+    exact_at_the_limit(g);
+}
+
+TEST_CASE("rls: a call refused on one descriptor consumes nothing on the others") {
+    rls_gateway g(api_domains);
+    refused_consumes_nothing(g);
+}
+
+TEST_CASE("rls: hits_addend is the cost, per call and per descriptor, and 0 asks without counting") {
+    rls_gateway g(api_domains);
+    const descriptor roomy{{{"roomy", "c"}}, std::nullopt};
+    auto r = g.ask(request("api", {roomy}, 3));
+    CHECK(r.overall_code() == rls_response::OK);
+    CHECK(r.statuses(0).limit_remaining() == 2);
+    CHECK(g.ask(request("api", {roomy}, 3)).overall_code() == rls_response::OVER_LIMIT);  // 3 > 2 left
+    // A descriptor's own hits_addend wins over the call's; 0 asks.
+    const descriptor ask_only{{{"roomy", "c"}}, 0};
+    for (int i = 0; i < 3; ++i) {
+        r = g.ask(request("api", {ask_only}, 5));
+        CHECK(r.overall_code() == rls_response::OK);
+        CHECK(r.statuses(0).limit_remaining() == 2);
+    }
+    r = g.ask(request("api", {descriptor{{{"roomy", "c"}}, 2}}));
+    CHECK(r.overall_code() == rls_response::OK);
+    CHECK(r.statuses(0).limit_remaining() == 0);
+    CHECK(g.ask(request("api", {ask_only})).statuses(0).limit_remaining() == 0);
+    // Counted descriptors of different costs cannot be one decision.
+    rls_response out;
+    const auto s = g.call(request("api", {descriptor{{{"roomy", "d"}}, 1}, descriptor{{{"tight", "d"}}, 2}}), out);
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_CASE("rls: nested descriptors match key and value in order, and unknown ones are allowed, not limited") {
+    rls_gateway g(api_domains);
+    const auto login = request("api", {{{{"path", "/login"}, {"remote_address", "10.0.0.9"}}}});
+    for (int i = 0; i < 2; ++i) {
+        const auto r = g.ask(login);
+        CHECK(r.overall_code() == rls_response::OK);
+        CHECK(r.statuses(0).current_limit().requests_per_unit() == 2);
+    }
+    CHECK(g.ask(login).overall_code() == rls_response::OVER_LIMIT);
+    // The nested counter is its own: the top-level remote_address of the same value is untouched.
+    CHECK(g.ask(request("api", {{{{"remote_address", "10.0.0.9"}}}})).statuses(0).limit_remaining() == 2);
+    // Another path, an unknown key, an unknown domain: OK, without a limit.
+    for (const auto& r : {request("api", {{{{"path", "/other"}, {"remote_address", "10.0.0.9"}}}}),
+                          request("api", {{{{"nobody", "x"}}}}), request("elsewhere", {{{{"remote_address", "x"}}}})}) {
+        for (int i = 0; i < 5; ++i) {
+            const auto a = g.ask(r);
+            CHECK(a.overall_code() == rls_response::OK);
+            REQUIRE(a.statuses_size() == 1);
+            CHECK(a.statuses(0).code() == rls_response::OK);
+            CHECK(!a.statuses(0).has_current_limit());
+        }
+    }
+}
+
+TEST_CASE("rls: duration_until_reset and Retry-After are the exact wait, and malformed calls are INVALID_ARGUMENT") {
+    rls_gateway g(api_domains);
+    const auto one = request("api", {{{{"short", "s"}}}});
+    const auto sent = steady_clock::now();
+    CHECK(g.ask(one).overall_code() == rls_response::OK);
+    const auto over = g.ask(one);
+    REQUIRE(over.overall_code() == rls_response::OVER_LIMIT);
+    const auto reset = over.statuses(0).duration_until_reset();
+    const auto wait_ns = reset.seconds() * 1'000'000'000LL + reset.nanos();
+    const auto elapsed_ns = duration_cast<nanoseconds>(steady_clock::now() - sent).count();
+    CHECK(wait_ns <= 2'000'000'000LL);
+    CHECK(wait_ns >= 2'000'000'000LL - elapsed_ns - 1'000'000);  // the entry leaves 2 s after it was admitted
+    CHECK(header(over, "Retry-After") == "2");
+    // The call passes again once that wait has passed, and not before.
+    const auto refused_at = steady_clock::now();
+    CHECK(eventually(
+        [&] {
+            std::this_thread::sleep_for(milliseconds(2));  // a poll interval
+            return g.ask(one).overall_code() == rls_response::OK;
+        },
+        seconds(4)));
+    CHECK(steady_clock::now() - refused_at >= nanoseconds(wait_ns) - milliseconds(5));
+
+    rls_response out;
+    CHECK(g.call(request("", {{{{"short", "s"}}}}), out).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(g.call(request("api", {}), out).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    std::vector<descriptor> nine;
+    for (int i = 0; i < 9; ++i) nine.push_back({{{"roomy", std::to_string(i)}}, std::nullopt});
+    const auto s = g.call(request("api", nine), out);
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(s.error_message().find("more than 8") != std::string::npos);
+}
+
+TEST_CASE("rls: on Redis, exact at the limit, and two gateways on one Redis are exact together") {
+    redis_server redis(unused_port());
+    const std::string store =
+        "store:\n  type: redis\n  on_error: deny\n  redis: { nodes: [\"127.0.0.1:" + std::to_string(redis.port) +
+        "\"], timeout: 2s }\n";
+    rls_gateway a(api_domains, store);
+    exact_at_the_limit(a);
+
+    rls_gateway b(api_domains, store);
+    // roomy allows 5 per minute: 12 calls alternating between the gateways admit exactly 5.
+    int admitted = 0;
+    for (int i = 0; i < 12; ++i) {
+        const auto& g = i % 2 == 0 ? a : b;
+        if (g.ask(request("api", {{{{"roomy", "fleet"}}}})).overall_code() == rls_response::OK) ++admitted;
+    }
+    CHECK(admitted == 5);
+}
+
+TEST_CASE("rls: metrics count calls by code, and descriptors by domain, kind and result") {
+    rls_gateway g(api_domains);
+    const auto tight = request("api", {{{{"tight", "m"}}}, {{{"nobody", "x"}}}});
+    CHECK(g.ask(tight).overall_code() == rls_response::OK);
+    CHECK(g.ask(tight).overall_code() == rls_response::OVER_LIMIT);
+    CHECK(g.ask(request("elsewhere", {{{{"tight", "m"}}}})).overall_code() == rls_response::OK);
+    rls_response out;
+    CHECK(g.call(request("", {{{{"tight", "m"}}}}), out).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    // Counted before the answer is sent: the scrape that follows sees them.
+    const auto text = fetch(g.gw->admin_port, "GET", "/metrics").body;
+    CHECK(metric_value(text, R"(sluice_rls_calls_total{code="ok"})") == 2);
+    CHECK(metric_value(text, R"(sluice_rls_calls_total{code="over_limit"})") == 1);
+    CHECK(metric_value(text, R"(sluice_rls_calls_total{code="invalid_argument"})") == 1);
+    CHECK(metric_value(
+              text, R"(sluice_rls_descriptors_total{domain="api",descriptor="descriptor:tight",result="allowed"})") ==
+          1);
+    CHECK(metric_value(
+              text, R"(sluice_rls_descriptors_total{domain="api",descriptor="descriptor:tight",result="limited"})") ==
+          1);
+    CHECK(metric_value(text, R"(sluice_rls_descriptors_total{domain="api",descriptor="unknown",result="unknown"})") ==
+          2);
+    const std::string unknown_domain =
+        R"x(sluice_rls_descriptors_total{domain="(unknown)",descriptor="unknown",result="unknown"})x";
+    CHECK(metric_value(text, unknown_domain) == 1);
+    CHECK(metric_value(text, "sluice_rls_call_duration_seconds_count") == 4);
+}
+
+TEST_CASE("rls: the gRPC health service answers SERVING") {
+    rls_gateway g(api_domains);
+    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(g.port), grpc::InsecureChannelCredentials());
+    grpc::GenericStub stub(channel);
+    // grpc.health.v1.HealthCheckRequest{service: ""} is empty; HealthCheckResponse{status:
+    // SERVING} is field 1 = 1, the bytes 08 01.
+    grpc::ClientContext ctx;
+    ctx.set_deadline(system_clock::now() + 5s);
+    grpc::Slice empty;
+    grpc::ByteBuffer request_bytes(&empty, 1), response_bytes;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    grpc::Status status;
+    stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request_bytes, &response_bytes,
+                   [&](grpc::Status s) {
+                       std::lock_guard lock(mu);
+                       status = std::move(s);
+                       done = true;
+                       cv.notify_one();
+                   });
+    std::unique_lock lock(mu);
+    REQUIRE(cv.wait_for(lock, 10s, [&] { return done; }));
+    REQUIRE_MESSAGE(status.ok(), status.error_message());
+    std::vector<grpc::Slice> slices;
+    REQUIRE(response_bytes.Dump(&slices).ok());
+    std::string bytes;
+    for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    CHECK(bytes == std::string("\x08\x01", 2));
+}
+
+TEST_CASE("rls: on a Redis Cluster, exact at the limit, and a refused call consumes nothing on any node") {
+    cluster_nodes c(3, 0);
+    const std::string store = "store:\n  type: redis-cluster\n  on_error: deny\n  redis: { nodes: [\"127.0.0.1:" +
+                              std::to_string(c.ports[0]) + "\"], timeout: 2s }\n";
+    rls_gateway g(api_domains, store);
+    exact_at_the_limit(g);
+    refused_consumes_nothing(g);
+}
+
+TEST_CASE("rls: an envoyproxy/ratelimit config file loads unchanged through service.ratelimit_config_files") {
+    const std::string dir = make_temp_dir();
+    const std::string file = dir + "/legacy.yaml";
+    write_file(file, R"(domain: legacy
+descriptors:
+  - key: generic_key
+    value: slow
+    rate_limit:
+      unit: day
+      requests_per_unit: 2
+    shadow_mode: false
+  - key: generic_key
+    value: free
+    rate_limit: { unit: second, requests_per_unit: 1, unlimited: true }
+  - key: client
+    descriptors:
+      - key: path
+        rate_limit: { unit: hour, requests_per_unit: 1 }
+)");
+    rls_gateway g("  ratelimit_config_files: [ \"" + file + "\" ]\n");
+    const auto slow = request("legacy", {{{{"generic_key", "slow"}}}});
+    for (int i = 0; i < 2; ++i) {
+        const auto r = g.ask(slow);
+        CHECK(r.overall_code() == rls_response::OK);
+        CHECK(r.statuses(0).current_limit().requests_per_unit() == 2);
+        CHECK(r.statuses(0).current_limit().unit() == rls_response::RateLimit::DAY);
+    }
+    const auto over = g.ask(slow);
+    CHECK(over.overall_code() == rls_response::OVER_LIMIT);
+    CHECK(over.statuses(0).duration_until_reset().seconds() <= 86400);  // a fixed day, aligned to Unix time
+    // unlimited: matched, never limited.
+    for (int i = 0; i < 3; ++i)
+        CHECK(g.ask(request("legacy", {{{{"generic_key", "free"}}}})).overall_code() == rls_response::OK);
+    const auto nested = request("legacy", {{{{"client", "a"}, {"path", "/x"}}}});
+    CHECK(g.ask(nested).overall_code() == rls_response::OK);
+    CHECK(g.ask(nested).overall_code() == rls_response::OVER_LIMIT);
+    CHECK(g.ask(request("legacy", {{{{"client", "b"}, {"path", "/x"}}}})).overall_code() == rls_response::OK);
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("rls: a reload applies service.domains, and a tier that keeps its id keeps its counts") {
+    rls_gateway g(api_domains);
+    const auto roomy = request("api", {{{{"roomy", "r"}}}});
+    CHECK(g.ask(roomy).statuses(0).limit_remaining() == 4);
+    auto text = read_file(g.gw->config_path);
+    const std::string from = "{ key: roomy, tiers: [ {limit: 5,", to = "{ key: roomy, tiers: [ {limit: 2,";
+    const auto at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), to);
+    write_file(g.gw->config_path, text);
+    g.gw->proc->signal(SIGHUP);
+    const auto ask_only = request("api", {descriptor{{{"roomy", "r"}}, 0}});
+    CHECK(eventually([&] { return g.ask(ask_only).statuses(0).current_limit().requests_per_unit() == 2; }));
+    // One of the two counted before the reload: one more passes.
+    CHECK(g.ask(roomy).overall_code() == rls_response::OK);
+    CHECK(g.ask(roomy).overall_code() == rls_response::OVER_LIMIT);
+}

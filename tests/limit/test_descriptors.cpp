@@ -1,0 +1,116 @@
+// Rate-limit descriptors (limit/descriptors.hpp): service.domains compiled, descriptors
+// matched down a domain's tree, and one call's descriptors made into store requests.
+#include "limit/descriptors.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace limit = sluice::limit;
+namespace config = sluice::config;
+namespace identity = sluice::identity;
+
+const char* yaml = R"(
+upstream: { url: "http://127.0.0.1:3000" }
+service:
+  domains:
+    api:
+      descriptors:
+        - { key: remote_address, tiers: [ {limit: 10, per: 1s} ] }
+        - key: path
+          value: /login
+          descriptors: [ { key: remote_address, tiers: [ {limit: 5, per: 1m, algorithm: log} ] } ]
+        - key: path
+          descriptors: [ { key: remote_address, tiers: [ {limit: 50, per: 1m} ] } ]
+)";
+
+struct compiled {
+    compiled() : cfg(config::load_string(yaml, "test.yaml")), domains(limit::compile_domains(cfg->service)) {}
+    std::shared_ptr<const config::config> cfg;
+    std::vector<limit::descriptor_domain> domains;
+};
+
+}  // namespace
+
+TEST_CASE("descriptors: an entry takes the node of its key and value, else of its key alone") {
+    compiled c;
+    const auto* api = limit::find_domain(c.domains, "api");
+    REQUIRE(api != nullptr);
+    CHECK(limit::find_domain(c.domains, "other") == nullptr);
+
+    const std::vector<limit::descriptor_entry> login{{"path", "/login"}, {"remote_address", "10.0.0.1"}};
+    const auto* n = limit::match(*api, login);
+    REQUIRE(n != nullptr);
+    REQUIRE(n->tiers.size() == 1);
+    CHECK(n->tiers[0].limit == 5);
+    CHECK(std::string(identity::to_string(n->kind)) == "descriptor:path=%2Flogin/remote_address");
+    CHECK(n->tiers[0].id == "api/descriptor:path=%2Flogin/remote_address/log/1m/1m");
+
+    const std::vector<limit::descriptor_entry> other{{"path", "/other"}, {"remote_address", "10.0.0.1"}};
+    n = limit::match(*api, other);
+    REQUIRE(n != nullptr);
+    CHECK(n->tiers[0].limit == 50);
+    CHECK(std::string(identity::to_string(n->kind)) == "descriptor:path/remote_address");
+
+    // A path node has no tiers of its own; an unknown key, or an entry past the tree, matches none.
+    const std::vector<limit::descriptor_entry> path_only{{"path", "/login"}};
+    CHECK(limit::match(*api, path_only)->tiers.empty());
+    const std::vector<limit::descriptor_entry> unknown{{"user", "x"}};
+    CHECK(limit::match(*api, unknown) == nullptr);
+    const std::vector<limit::descriptor_entry> deeper{{"remote_address", "10.0.0.1"}, {"path", "/"}};
+    CHECK(limit::match(*api, deeper) == nullptr);
+}
+
+TEST_CASE("descriptors: one call is one request, and the same identifier twice is one key") {
+    compiled c;
+    const auto* api = limit::find_domain(c.domains, "api");
+    const identity::hasher h("secret");
+    const std::vector<limit::descriptor_entry> a{{"remote_address", "10.0.0.1"}}, b{{"remote_address", "10.0.0.2"}};
+    const std::vector<limit::descriptor_entry> none{{"user", "x"}};
+    const std::vector<limit::descriptor_ask> asks{{a, 2}, {none, 2}, {b, 2}, {a, 2}};
+    limit::descriptor_check check;
+    REQUIRE(check.prepare(h, api, asks) == "");
+    CHECK(check.charged().keys.size() == 2);
+    CHECK(check.charged().cost == 2);
+    CHECK(check.queried().keys.empty());
+    const auto slots = check.slots();
+    REQUIRE(slots.size() == 4);
+    CHECK(slots[0].in == limit::descriptor_check::part::charged);
+    CHECK(slots[1].in == limit::descriptor_check::part::none);
+    CHECK(slots[2].key == 1);
+    CHECK(slots[3].key == slots[0].key);
+    CHECK(check.charged().keys[0].id != check.charged().keys[1].id);
+    CHECK(check.charged().keys[0].id == h.hash("descriptor:remote_address", "10.0.0.1"));
+}
+
+TEST_CASE("descriptors: cost 0 is a query beside the counted ones, and other costs or too many are refused") {
+    compiled c;
+    const auto* api = limit::find_domain(c.domains, "api");
+    const identity::hasher h("secret");
+    const std::vector<limit::descriptor_entry> a{{"remote_address", "a"}}, b{{"remote_address", "b"}};
+    limit::descriptor_check check;
+    const std::vector<limit::descriptor_ask> mixed{{a, 1}, {b, 0}};
+    REQUIRE(check.prepare(h, api, mixed) == "");
+    CHECK(check.charged().keys.size() == 1);
+    CHECK(check.queried().keys.size() == 1);
+    CHECK(check.queried().query);
+    CHECK(check.queried().cost == 0);
+
+    const std::vector<limit::descriptor_ask> costs{{a, 1}, {b, 3}};
+    CHECK(check.prepare(h, api, costs).find("differ") != std::string::npos);
+
+    const std::vector<std::string> values{"0", "1", "2", "3", "4", "5", "6", "7", "8"};
+    std::vector<std::vector<limit::descriptor_entry>> entries;
+    for (const auto& v : values) entries.push_back({{"remote_address", v}});
+    std::vector<limit::descriptor_ask> nine;
+    for (const auto& e : entries) nine.push_back({e, 1});
+    CHECK(check.prepare(h, api, nine).find("more than 8") != std::string::npos);
+    nine.pop_back();
+    CHECK(check.prepare(h, api, nine) == "");
+
+    const std::vector<limit::descriptor_ask> empty{{{}, 1}};
+    CHECK(check.prepare(h, api, empty) == "descriptors[0] has no entries");
+}
