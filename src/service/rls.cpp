@@ -224,15 +224,16 @@ public:
         const auto arrived = server::clock::now();
         server::worker& w = *workers_[next_.fetch_add(1, std::memory_order_relaxed) % workers_.size()];
         boost::asio::post(w.ioc, [&w, c = call{ctx, request, answer}, reactor, arrived] {
-            boost::asio::co_spawn(w.ioc, decide(w, c), [&w, c, reactor, arrived](std::exception_ptr e, grpc::Status s) {
-                if (e) {
-                    base::log_exception("rate-limit call")(e);
-                    s = grpc::Status(grpc::StatusCode::INTERNAL, "internal error");
-                }
-                w.metrics.rls_called(ended(s, *c.answer),
-                                     std::chrono::duration<double>(server::clock::now() - arrived).count());
-                reactor->Finish(s);
-            });
+            boost::asio::co_spawn(
+                w.ioc, decide(w, c), [&w, c, reactor, arrived](const std::exception_ptr& e, grpc::Status s) {
+                    if (e) {
+                        base::log_exception("rate-limit call")(e);
+                        s = grpc::Status(grpc::StatusCode::INTERNAL, "internal error");
+                    }
+                    w.metrics.rls_called(ended(s, *c.answer),
+                                         std::chrono::duration<double>(server::clock::now() - arrived).count());
+                    reactor->Finish(s);
+                });
         });
         return reactor;
     }
