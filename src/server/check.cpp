@@ -76,19 +76,7 @@ awaitable<after> session::check() {
         co_return co_await respond(fail::unauthorized.with(req_.refusal));
     }
     co_await limits_.decide(snap_, req_.route, req_.who, req_.outcome, metrics::listener::check);
-    switch (req_.outcome.what) {
-        case limit::outcome::kind::pass: break;
-        case limit::outcome::kind::limited: co_return co_await respond_limited();
-        case limit::outcome::kind::forbidden:
-            w_.metrics.forbidden();
-            co_return co_await respond(fail::forbidden.with(req_.outcome.reason));
-        case limit::outcome::kind::store_down: co_return co_await respond(fail::store_down);
-        case limit::outcome::kind::missing:
-            co_return co_await respond(fail::missing_identifier.with(req_.outcome.reason));
-        case limit::outcome::kind::ambiguous:
-            co_return co_await respond(fail::ambiguous_identifier.with(req_.outcome.reason));
-        case limit::outcome::kind::blocked: co_return co_await respond_blocked();
-    }
+    if (req_.outcome.what != limit::outcome::kind::pass) co_return co_await respond_refused();
     co_return co_await respond_admitted();
 }
 

@@ -269,19 +269,7 @@ awaitable<after> session::phases() {
         co_return co_await respond(fail::unauthorized.with(req_.refusal));
     }
     co_await limits_.decide(snap_, req_.route, req_.who, req_.outcome);
-    switch (req_.outcome.what) {
-        case limit::outcome::kind::pass: break;
-        case limit::outcome::kind::limited: co_return co_await respond_limited();
-        case limit::outcome::kind::forbidden:
-            w_.metrics.forbidden();
-            co_return co_await respond(fail::forbidden.with(req_.outcome.reason));
-        case limit::outcome::kind::store_down: co_return co_await respond(fail::store_down);
-        case limit::outcome::kind::missing:
-            co_return co_await respond(fail::missing_identifier.with(req_.outcome.reason));
-        case limit::outcome::kind::ambiguous:
-            co_return co_await respond(fail::ambiguous_identifier.with(req_.outcome.reason));
-        case limit::outcome::kind::blocked: co_return co_await respond_blocked();
-    }
+    if (req_.outcome.what != limit::outcome::kind::pass) co_return co_await respond_refused();
     co_return co_await exchange();
 }
 
@@ -403,6 +391,24 @@ awaitable<after> session::respond_limited() {
     http::write_limited(out_, req_.route->limits->name, req_.outcome.retry_after_s, req_.outcome.fields,
                         connection_of(keep));
     co_return co_await send_own_answer(keep);
+}
+
+// The answer to a request the limit step did not pass, on the proxy and the check alike.
+awaitable<after> session::respond_refused() {
+    switch (req_.outcome.what) {
+        case limit::outcome::kind::limited: co_return co_await respond_limited();
+        case limit::outcome::kind::forbidden:
+            w_.metrics.forbidden();
+            co_return co_await respond(fail::forbidden.with(req_.outcome.reason));
+        case limit::outcome::kind::missing:
+            co_return co_await respond(fail::missing_identifier.with(req_.outcome.reason));
+        case limit::outcome::kind::ambiguous:
+            co_return co_await respond(fail::ambiguous_identifier.with(req_.outcome.reason));
+        case limit::outcome::kind::blocked: co_return co_await respond_blocked();
+        case limit::outcome::kind::store_down:
+        case limit::outcome::kind::pass: break;  // never asked for a pass
+    }
+    co_return co_await respond(fail::store_down);
 }
 
 awaitable<after> session::respond_blocked() {

@@ -135,6 +135,7 @@ private:
     boost::asio::awaitable<after> respond(const failure& f, std::string_view extra = {});
     boost::asio::awaitable<after> respond_limited();
     boost::asio::awaitable<after> respond_blocked();
+    boost::asio::awaitable<after> respond_refused();
     // The answer's status is `status`: the request's charge is settled (limit_step::settle)
     // at what its route charges for that outcome.
     boost::asio::awaitable<void> settle(unsigned status);
