@@ -147,13 +147,14 @@ EOF
 }
 
 # service_metrics ADMIN_PORT -> "proxy_allowed proxy_other check_allowed check_other rls_ok
-# rls_other redis_commands redis_writes redis_errors" (*_other: any decision or call that is
-# not an admission: limited, shadow_limited, or an RLS call ended with another code)
+# rls_other redis_commands redis_writes redis_errors rls_cancelled" (*_other: any decision or
+# call that is not an admission: limited, shadow_limited, or an RLS call ended with another
+# code than ok or cancelled)
 service_metrics() {
   python3 - "$1" <<'EOF'
 import re, sys, urllib.request
 v = dict.fromkeys(["proxy_allowed", "proxy_other", "check_allowed", "check_other", "rls_ok", "rls_other",
-                   "redis_cmds", "redis_writes", "redis_errors"], 0)
+                   "redis_cmds", "redis_writes", "redis_errors", "rls_cancelled"], 0)
 seen = set()
 with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5) as r:
     for line in r.read().decode().splitlines():
@@ -165,7 +166,8 @@ with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5
             key = labels.get("listener", "proxy")
             v[key + ("_allowed" if labels.get("result") == "allowed" else "_other")] += n
         elif name == "sluice_rls_calls_total":
-            seen.add(name); v["rls_ok" if labels.get("code") == "ok" else "rls_other"] += n
+            seen.add(name); code = labels.get("code")
+            v["rls_ok" if code == "ok" else "rls_cancelled" if code == "cancelled" else "rls_other"] += n
         elif name == "sluice_redis_commands_total": v["redis_cmds"] += n
         elif name == "sluice_redis_writes_total": v["redis_writes"] += n
         elif name in ("sluice_redis_errors_total", "sluice_redis_timeouts_total", "sluice_store_errors_total"):
@@ -207,7 +209,7 @@ EOF
   [ "$got" = "0 OK" ] || { show_log "$name"; die "$name: ShouldRateLimit: grpc-status and overall_code '$got', not '0 OK'"; }
   read -ra m1 <<<"$(service_metrics "${S_ADMIN[$store]}")" || die "$name: no metrics"
   [ $((m1[0] - m0[0])) = 1 ] && [ $((m1[2] - m0[2])) = 1 ] && [ $((m1[4] - m0[4])) = 2 ] &&
-    [ "${m1[1]}" = 0 ] && [ "${m1[3]}" = 0 ] && [ "${m1[5]}" = 0 ] && [ "${m1[8]}" = 0 ] ||
+    [ "${m1[1]}" = 0 ] && [ "${m1[3]}" = 0 ] && [ "${m1[5]}" = 0 ] && [ "${m1[8]}" = 0 ] && [ "${m1[9]}" = 0 ] ||
     die "$name: metrics did not count one admission per path (before: ${m0[*]}; after: ${m1[*]})"
   say "check: $name: gateway 200 '$UPSTREAM_BODY', /check 200, ShouldRateLimit grpc-status 0 overall_code OK; each counted as an admission"
 }
@@ -264,13 +266,13 @@ for r in rows:
     k = (r["store"], r["path"])
     if k not in keys: keys.append(k)
 def col(k, c): return [float(r[c]) for r in rows if (r["store"], r["path"]) == k and r[c] != "-"]
-print(f"{'store':<7} {'path':<8} {'decisions/s':>12} {'CPU us/dec':>11} {'mean ms':>8} {'redis us/dec':>13} {'redis cmds/dec':>15} {'errors':>7}   decisions/s per round")
+print(f"{'store':<7} {'path':<8} {'decisions/s':>12} {'CPU us/dec':>11} {'mean ms':>8} {'redis us/dec':>13} {'redis cmds/dec':>15} {'errors':>7} {'cancelled':>9}   decisions/s per round")
 for k in keys:
     rate = col(k, "decisions_per_s"); cpu = col(k, "cpu_us_per_decision"); lat = col(k, "mean_ms")
     rcpu = col(k, "redis_us_per_decision"); rcmd = col(k, "redis_cmds_per_decision")
-    errs = sum(int(float(x)) for x in col(k, "errors"))
+    errs = sum(int(float(x)) for x in col(k, "errors")); canc = sum(int(float(x)) for x in col(k, "cancelled_at_end"))
     print(f"{k[0]:<7} {k[1]:<8} {med(rate):>12.0f} {med(cpu):>11.2f} {med(lat):>8.3f} "
-          f"{(f'{med(rcpu):.2f}' if rcpu else '-'):>13} {(f'{med(rcmd):.3f}' if rcmd else '-'):>15} {errs:>7}   "
+          f"{(f'{med(rcpu):.2f}' if rcpu else '-'):>13} {(f'{med(rcmd):.3f}' if rcmd else '-'):>15} {errs:>7} {canc:>9}   "
           + " ".join(f"{x:.0f}" for x in rate))
 # Ratios of two rows of the same round (the machine's drift hits both alike), median over rounds.
 def ratio(a, b, c):
@@ -353,10 +355,10 @@ main() {
     done
   fi
 
-  local tsv="$WORK/service.tsv" n=${#names[@]} r i m0 m1 ok err mean dec other rt0 rt1 rc0 rc1 rus rcmd
-  printf 'round\tstore\tpath\tdecisions\twall_s\tdecisions_per_s\tcpu_ticks\tcpu_us_per_decision\tclient_ok\terrors\tmean_ms\tredis_us_per_decision\tredis_cmds_per_decision\n' >"$tsv"
+  local tsv="$WORK/service.tsv" n=${#names[@]} r i m0 m1 cancelled ok err mean dec other rt0 rt1 rc0 rc1 rus rcmd
+  printf 'round\tstore\tpath\tdecisions\twall_s\tdecisions_per_s\tcpu_ticks\tcpu_us_per_decision\tclient_ok\terrors\tcancelled_at_end\tmean_ms\tredis_us_per_decision\tredis_cmds_per_decision\n' >"$tsv"
   say ""
-  say "per run: round store/path decisions/s CPU_us/decision mean_ms [client ok, errors] [redis-server us/decision, commands/decision]"
+  say "per run: round store/path decisions/s CPU_us/decision mean_ms [client ok, errors, gRPC calls cancelled by h2load's close] [redis-server us/decision, commands/decision]"
   for ((r = 1; r <= ROUNDS; r++)); do
     for ((i = 0; i < n; i++)); do
       k=${names[$(((i + r - 1) % n))]}; s=${k%/*}; p=${k#*/}
@@ -373,6 +375,10 @@ main() {
         check) dec=$((m1[2] - m0[2])) other=$((m1[3] - m0[3])) ;;
         grpc) dec=$((m1[4] - m0[4])) other=$((m1[5] - m0[5])) ;;
       esac
+      # h2load closes its connections at the end with calls in flight: those not yet decided
+      # are cancelled (nothing charged), at most the calls in flight
+      cancelled=$((m1[9] - m0[9]))
+      [ "$p" = grpc ] && [ "$cancelled" -le $((H2_CONNECTIONS * H2_STREAMS)) ] || other=$((other + cancelled)) cancelled=0
       err=$((err + other + m1[8] - m0[8]))
       [ "$dec" -gt 0 ] || { cat "$WORK/run-$r-$s-$p.txt" >&2; die "$k: Sluice counted no decision"; }
       # the client's successes and Sluice's admissions must agree (a call in flight at the end
@@ -387,9 +393,9 @@ main() {
       local rate cpu
       rate=$(awk -v d="$dec" -v w="$wall" 'BEGIN { printf "%.1f", d / (w / 1e9) }')
       cpu=$(awk -v t="$ticks" -v c="$clk" -v q="$dec" 'BEGIN { printf "%.3f", t / c * 1e6 / q }')
-      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$s" "$p" "$dec" \
-        "$(awk -v w="$wall" 'BEGIN { printf "%.3f", w / 1e9 }')" "$rate" "$ticks" "$cpu" "$ok" "$err" "$mean" "$rus" "$rcmd" >>"$tsv"
-      say "$(printf '  %d %-15s %10.0f %8.2f %8.3f  [%d ok, %d errors]' "$r" "$k" "$rate" "$cpu" "$mean" "$ok" "$err")$(
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$s" "$p" "$dec" \
+        "$(awk -v w="$wall" 'BEGIN { printf "%.3f", w / 1e9 }')" "$rate" "$ticks" "$cpu" "$ok" "$err" "$cancelled" "$mean" "$rus" "$rcmd" >>"$tsv"
+      say "$(printf '  %d %-15s %10.0f %8.2f %8.3f  [%d ok, %d errors, %d cancelled at the end]' "$r" "$k" "$rate" "$cpu" "$mean" "$ok" "$err" "$cancelled")$(
         [ "$rus" != - ] && printf '  [redis %s us, %s cmds]' "$rus" "$rcmd")"
     done
   done
