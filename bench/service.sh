@@ -6,6 +6,8 @@
 #            request described by X-Original-URI / X-Original-Method / X-Forwarded-For
 #   grpc     h2load POSTing one framed RateLimitRequest (Envoy RLS v3, ShouldRateLimit) on
 #            service.grpc_listen
+#   grpc2    (not in the default PATHS) the same with two descriptors per call, remote_address
+#            and path: two identifiers decided and committed together (one store request)
 # Every path decides one identifier (the client 127.0.0.1) against a fixed and a sliding tier
 # far above any rate reached, so every request is an admitted decision that commits. The rates
 # are of decisions Sluice counted itself (its metrics before and after each run), the CPU that
@@ -78,18 +80,25 @@ need_tools() {  # what this script needs beyond run.sh's packages: h2load/nghttp
   [ $rc = 0 ] || die "apt-get install ${missing[*]} failed"
 }
 
-# The gRPC call's body: a RateLimitRequest (domain bench, one descriptor remote_address =
-# 127.0.0.1) encoded by protoc from text, behind gRPC's 5-byte frame header (not compressed,
-# the length big-endian)
-make_rls_body() {
-  printf 'domain: "bench"\ndescriptors { entries { key: "remote_address" value: "127.0.0.1" } }\n' |
+# The gRPC calls' bodies: a RateLimitRequest (domain bench; grpc: one descriptor,
+# remote_address = 127.0.0.1; grpc2: that one and path = /, two identifiers decided together)
+# encoded by protoc from text, behind gRPC's 5-byte frame header (not compressed, the length
+# big-endian)
+make_rls_body() {  # make_rls_body NAME TEXT -> $WORK/NAME.body
+  printf '%s\n' "$2" |
     protoc --encode=envoy.service.ratelimit.v3.RateLimitRequest -I proto envoy/service/ratelimit/v3/rls.proto \
-      >"$WORK/rls.msg" || die "protoc --encode failed"
-  python3 - "$WORK/rls.msg" "$WORK/rls.body" <<'EOF'
+      >"$WORK/$1.msg" || die "protoc --encode failed"
+  python3 - "$WORK/$1.msg" "$WORK/$1.body" <<'EOF'
 import struct, sys
 m = open(sys.argv[1], "rb").read()
 open(sys.argv[2], "wb").write(b"\x00" + struct.pack(">I", len(m)) + m)
 EOF
+}
+RLS_ONE='descriptors { entries { key: "remote_address" value: "127.0.0.1" } }'
+RLS_TWO='descriptors { entries { key: "path" value: "/" } }'
+make_rls_bodies() {
+  make_rls_body grpc "domain: \"bench\" $RLS_ONE"
+  make_rls_body grpc2 "domain: \"bench\" $RLS_ONE $RLS_TWO"
 }
 
 # start_service_sluice STORE: one Sluice, 1 worker, with the proxy, the check and the gRPC
@@ -122,6 +131,10 @@ service:
     bench:
       descriptors:
         - key: remote_address
+          tiers:
+            - {limit: 1000000000, per: 1s, algorithm: fixed}
+            - {limit: 1000000000, per: 1m, algorithm: sliding}
+        - key: path
           tiers:
             - {limit: 1000000000, per: 1s, algorithm: fixed}
             - {limit: 1000000000, per: 1m, algorithm: sliding}
@@ -177,16 +190,19 @@ print(" ".join(str(x) for x in v.values()))
 EOF
 }
 
-grpc_call_once() {  # grpc_call_once STORE -> "GRPC_STATUS OVERALL_CODE" of one call (nghttp)
-  local out="$WORK/grpc-once-$1"
-  nghttp -v -H 'content-type: application/grpc' -H 'te: trailers' -d "$WORK/rls.body" \
+# grpc_call_once STORE BODY -> "GRPC_STATUS OVERALL_CODE STATUSES" of two calls (nghttp): the
+# first's trailers, the second's answer decoded
+grpc_call_once() {
+  local out="$WORK/grpc-once-$1-$2"
+  nghttp -v -H 'content-type: application/grpc' -H 'te: trailers' -d "$WORK/$2.body" \
     "http://127.0.0.1:${S_GRPC[$1]}$RLS_PATH" >"$out.txt" 2>&1 || true
-  nghttp -H 'content-type: application/grpc' -H 'te: trailers' -d "$WORK/rls.body" \
+  nghttp -H 'content-type: application/grpc' -H 'te: trailers' -d "$WORK/$2.body" \
     "http://127.0.0.1:${S_GRPC[$1]}$RLS_PATH" >"$out.bin" 2>/dev/null || true
   local status code
   status=$(grep -a -o 'grpc-status: [0-9]*' "$out.txt" | head -n1 | awk '{print $2}')
   code=$(tail -c +6 "$out.bin" | protoc --decode=envoy.service.ratelimit.v3.RateLimitResponse \
-    -I proto envoy/service/ratelimit/v3/rls.proto 2>/dev/null | awk '/^overall_code:/ {print $2}')
+    -I proto envoy/service/ratelimit/v3/rls.proto 2>/dev/null |
+    awk '/^overall_code:/ { c = $2 } /^statuses \{/ { n++ } /^  code: OK/ { ok++ } END { print c, n + 0, ok + 0 }')
   echo "${status:-none} ${code:-none}"
 }
 
@@ -205,13 +221,15 @@ print(c.getresponse().status)
 EOF
 )
   [ "$got" = 200 ] || { show_log "$name"; die "$name: /check answered $got"; }
-  got=$(grpc_call_once "$store")
-  [ "$got" = "0 OK" ] || { show_log "$name"; die "$name: ShouldRateLimit: grpc-status and overall_code '$got', not '0 OK'"; }
+  got=$(grpc_call_once "$store" grpc)
+  [ "$got" = "0 OK 1 1" ] || { show_log "$name"; die "$name: ShouldRateLimit: grpc-status, overall_code, statuses, OK statuses '$got', not '0 OK 1 1'"; }
+  got=$(grpc_call_once "$store" grpc2)
+  [ "$got" = "0 OK 2 2" ] || { show_log "$name"; die "$name: ShouldRateLimit, two descriptors: '$got', not '0 OK 2 2'"; }
   read -ra m1 <<<"$(service_metrics "${S_ADMIN[$store]}")" || die "$name: no metrics"
-  [ $((m1[0] - m0[0])) = 1 ] && [ $((m1[2] - m0[2])) = 1 ] && [ $((m1[4] - m0[4])) = 2 ] &&
+  [ $((m1[0] - m0[0])) = 1 ] && [ $((m1[2] - m0[2])) = 1 ] && [ $((m1[4] - m0[4])) = 4 ] &&
     [ "${m1[1]}" = 0 ] && [ "${m1[3]}" = 0 ] && [ "${m1[5]}" = 0 ] && [ "${m1[8]}" = 0 ] && [ "${m1[9]}" = 0 ] ||
     die "$name: metrics did not count one admission per path (before: ${m0[*]}; after: ${m1[*]})"
-  say "check: $name: gateway 200 '$UPSTREAM_BODY', /check 200, ShouldRateLimit grpc-status 0 overall_code OK; each counted as an admission"
+  say "check: $name: gateway 200 '$UPSTREAM_BODY', /check 200, ShouldRateLimit grpc-status 0 overall_code OK (one descriptor, two: both OK); each counted as an admission"
 }
 
 # run_path STORE PATH DURATION OUT: one run; sets RUN_OK RUN_ERR RUN_MEAN_MS (the client's
@@ -224,7 +242,7 @@ run_path() {
                "http://127.0.0.1:${S_PROXY[$store]}/" >"$out" 2>&1 </dev/null & ;;
     check) wrk --latency -t "$THREADS" -c "$CONNECTIONS" -d "$dur" --timeout "$WRK_TIMEOUT" "${CHECK_HEADERS[@]}" \
              "http://127.0.0.1:${S_CHECK[$store]}/check" >"$out" 2>&1 </dev/null & ;;
-    grpc) h2load -t "$THREADS" -c "$H2_CONNECTIONS" -m "$H2_STREAMS" -D "$dur" -d "$WORK/rls.body" \
+    grpc | grpc2) h2load -t "$THREADS" -c "$H2_CONNECTIONS" -m "$H2_STREAMS" -D "$dur" -d "$WORK/$path.body" \
             -H 'content-type: application/grpc' -H 'te: trailers' \
             "http://127.0.0.1:${S_GRPC[$store]}$RLS_PATH" >"$out" 2>&1 </dev/null & ;;
   esac
@@ -235,7 +253,7 @@ run_path() {
   kill -0 "$pid" 2>/dev/null || { show_log "sluice-$store"; die "sluice-$store died during the run"; }
   CPU_TICKS=$((t1 - t0)) WALL_NS=$((w1 - w0))
   local res
-  if [ "$path" = grpc ]; then
+  if [ "$path" != gateway ] && [ "$path" != check ]; then
     # "requests: N total, N started, N done, N succeeded, N failed, N errored, N timeout";
     # "time for request: min max mean sd +/-sd"
     res=$(awk '
@@ -266,13 +284,13 @@ for r in rows:
     k = (r["store"], r["path"])
     if k not in keys: keys.append(k)
 def col(k, c): return [float(r[c]) for r in rows if (r["store"], r["path"]) == k and r[c] != "-"]
-print(f"{'store':<7} {'path':<8} {'decisions/s':>12} {'CPU us/dec':>11} {'mean ms':>8} {'redis us/dec':>13} {'redis cmds/dec':>15} {'errors':>7} {'cancelled':>9}   decisions/s per round")
+print(f"{'store':<7} {'path':<8} {'decisions/s':>12} {'CPU us/dec':>11} {'mean ms':>8} {'redis us/dec':>13} {'redis cmds/dec':>15} {'sluice cmds/dec':>16} {'errors':>7} {'cancelled':>9}   decisions/s per round")
 for k in keys:
     rate = col(k, "decisions_per_s"); cpu = col(k, "cpu_us_per_decision"); lat = col(k, "mean_ms")
-    rcpu = col(k, "redis_us_per_decision"); rcmd = col(k, "redis_cmds_per_decision")
+    rcpu = col(k, "redis_us_per_decision"); rcmd = col(k, "redis_cmds_per_decision"); scmd = col(k, "sluice_cmds_per_decision")
     errs = sum(int(float(x)) for x in col(k, "errors")); canc = sum(int(float(x)) for x in col(k, "cancelled_at_end"))
     print(f"{k[0]:<7} {k[1]:<8} {med(rate):>12.0f} {med(cpu):>11.2f} {med(lat):>8.3f} "
-          f"{(f'{med(rcpu):.2f}' if rcpu else '-'):>13} {(f'{med(rcmd):.3f}' if rcmd else '-'):>15} {errs:>7} {canc:>9}   "
+          f"{(f'{med(rcpu):.2f}' if rcpu else '-'):>13} {(f'{med(rcmd):.3f}' if rcmd else '-'):>15} {(f'{med(scmd):.3f}' if scmd else '-'):>16} {errs:>7} {canc:>9}   "
           + " ".join(f"{x:.0f}" for x in rate))
 # Ratios of two rows of the same round (the machine's drift hits both alike), median over rounds.
 def ratio(a, b, c):
@@ -291,10 +309,11 @@ for s in stores:
     for p in ("check", "grpc"):
         if (s, p) in keys and (s, "gateway") in keys: pairs.append(((s, p), (s, "gateway")))
     if (s, "grpc") in keys and (s, "check") in keys: pairs.append(((s, "grpc"), (s, "check")))
+    if (s, "grpc2") in keys and (s, "grpc") in keys: pairs.append(((s, "grpc2"), (s, "grpc")))
 if "memory" in stores:
     for s in stores:
         if s == "memory": continue
-        for p in ("gateway", "check", "grpc"):
+        for p in ("gateway", "check", "grpc", "grpc2"):
             if (s, p) in keys and ("memory", p) in keys: pairs.append(((s, p), ("memory", p)))
 for a, b in pairs:
     rr = ratio(a, b, "decisions_per_s"); cr = ratio(a, b, "cpu_us_per_decision")
@@ -329,10 +348,10 @@ perf_grpc() {
 main() {
   local s p
   for s in $STORES; do [[ $s == memory || $s == redis ]] || die "unknown store '$s' (memory, redis)"; done
-  for p in $PATHS; do [[ $p == gateway || $p == check || $p == grpc ]] || die "unknown path '$p' (gateway, check, grpc)"; done
+  for p in $PATHS; do [[ $p == gateway || $p == check || $p == grpc || $p == grpc2 ]] || die "unknown path '$p' (gateway, check, grpc, grpc2)"; done
   bench_setup
   need_tools
-  make_rls_body
+  make_rls_bodies
   local clk; clk=$(getconf CLK_TCK)
   say "Sluice rate-limit service benchmark  $(date -u '+%Y-%m-%d %H:%M:%S UTC')  at $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
   say "env: STORES=\"$STORES\" PATHS=\"$PATHS\" ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP CONNECTIONS=$CONNECTIONS THREADS=$THREADS H2_CONNECTIONS=$H2_CONNECTIONS H2_STREAMS=$H2_STREAMS"
@@ -355,10 +374,10 @@ main() {
     done
   fi
 
-  local tsv="$WORK/service.tsv" n=${#names[@]} r i m0 m1 cancelled ok err mean dec other rt0 rt1 rc0 rc1 rus rcmd
-  printf 'round\tstore\tpath\tdecisions\twall_s\tdecisions_per_s\tcpu_ticks\tcpu_us_per_decision\tclient_ok\terrors\tcancelled_at_end\tmean_ms\tredis_us_per_decision\tredis_cmds_per_decision\n' >"$tsv"
+  local tsv="$WORK/service.tsv" n=${#names[@]} r i m0 m1 cancelled scmd ok err mean dec other rt0 rt1 rc0 rc1 rus rcmd
+  printf 'round\tstore\tpath\tdecisions\twall_s\tdecisions_per_s\tcpu_ticks\tcpu_us_per_decision\tclient_ok\terrors\tcancelled_at_end\tmean_ms\tredis_us_per_decision\tredis_cmds_per_decision\tsluice_cmds_per_decision\n' >"$tsv"
   say ""
-  say "per run: round store/path decisions/s CPU_us/decision mean_ms [client ok, errors, gRPC calls cancelled by h2load's close] [redis-server us/decision, commands/decision]"
+  say "per run: round store/path decisions/s CPU_us/decision mean_ms [client ok, errors, gRPC calls cancelled by h2load's close] [redis-server us/decision, commands/decision (those run inside scripts included); commands Sluice wrote per decision]"
   for ((r = 1; r <= ROUNDS; r++)); do
     for ((i = 0; i < n; i++)); do
       k=${names[$(((i + r - 1) % n))]}; s=${k%/*}; p=${k#*/}
@@ -373,30 +392,31 @@ main() {
       case $p in
         gateway) dec=$((m1[0] - m0[0])) other=$((m1[1] - m0[1])) ;;
         check) dec=$((m1[2] - m0[2])) other=$((m1[3] - m0[3])) ;;
-        grpc) dec=$((m1[4] - m0[4])) other=$((m1[5] - m0[5])) ;;
+        grpc | grpc2) dec=$((m1[4] - m0[4])) other=$((m1[5] - m0[5])) ;;
       esac
       # h2load closes its connections at the end with calls in flight: those not yet decided
       # are cancelled (nothing charged), at most the calls in flight
       cancelled=$((m1[9] - m0[9]))
-      [ "$p" = grpc ] && [ "$cancelled" -le $((H2_CONNECTIONS * H2_STREAMS)) ] || other=$((other + cancelled)) cancelled=0
+      [[ $p == grpc* ]] && [ "$cancelled" -le $((H2_CONNECTIONS * H2_STREAMS)) ] || other=$((other + cancelled)) cancelled=0
       err=$((err + other + m1[8] - m0[8]))
       [ "$dec" -gt 0 ] || { cat "$WORK/run-$r-$s-$p.txt" >&2; die "$k: Sluice counted no decision"; }
       # the client's successes and Sluice's admissions must agree (a call in flight at the end
       # of an h2load run is decided but not counted by h2load)
       [ $((dec - ok)) -ge 0 ] && [ $((dec - ok)) -le $((H2_CONNECTIONS * H2_STREAMS + CONNECTIONS)) ] ||
         die "$k: Sluice counted $dec admissions, the client $ok successes"
-      rus=- rcmd=-
+      rus=- rcmd=- scmd=-
       if [ "$s" = redis ]; then
+        scmd=$(awk -v x=$((m1[6] - m0[6])) -v q="$dec" 'BEGIN { printf "%.3f", x / q }')
         rus=$(awk -v t=$((rt1 - rt0)) -v c="$clk" -v q="$dec" 'BEGIN { printf "%.2f", t / c * 1e6 / q }')
         rcmd=$(awk -v x=$((rc1 - rc0 - 1)) -v q="$dec" 'BEGIN { printf "%.3f", x / q }')   # minus one INFO
       fi
       local rate cpu
       rate=$(awk -v d="$dec" -v w="$wall" 'BEGIN { printf "%.1f", d / (w / 1e9) }')
       cpu=$(awk -v t="$ticks" -v c="$clk" -v q="$dec" 'BEGIN { printf "%.3f", t / c * 1e6 / q }')
-      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$s" "$p" "$dec" \
-        "$(awk -v w="$wall" 'BEGIN { printf "%.3f", w / 1e9 }')" "$rate" "$ticks" "$cpu" "$ok" "$err" "$cancelled" "$mean" "$rus" "$rcmd" >>"$tsv"
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$s" "$p" "$dec" \
+        "$(awk -v w="$wall" 'BEGIN { printf "%.3f", w / 1e9 }')" "$rate" "$ticks" "$cpu" "$ok" "$err" "$cancelled" "$mean" "$rus" "$rcmd" "$scmd" >>"$tsv"
       say "$(printf '  %d %-15s %10.0f %8.2f %8.3f  [%d ok, %d errors, %d cancelled at the end]' "$r" "$k" "$rate" "$cpu" "$mean" "$ok" "$err" "$cancelled")$(
-        [ "$rus" != - ] && printf '  [redis %s us, %s cmds]' "$rus" "$rcmd")"
+        [ "$rus" != - ] && printf '  [redis %s us, %s cmds; sluice wrote %s cmds]' "$rus" "$rcmd" "$scmd")"
     done
   done
   say "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
