@@ -52,9 +52,8 @@ READY_TIMEOUT=${READY_TIMEOUT:-10}
 KEEP_TMP=${KEEP_TMP:-0}
 REDIS_SERVER=${REDIS_SERVER:-/usr/bin/redis-server}
 WRK_TIMEOUT=${WRK_TIMEOUT:-2s}
-PIN=0
-LIMIT_HEADERS=ietf
-CONTENDERS=""   # ensure_packages: nothing of run.sh's contenders
+# shellcheck disable=SC2034  # read by bench/lib: no pinning, pass_policy's fields, no run.sh contenders
+PIN=0 LIMIT_HEADERS=ietf CONTENDERS=""
 RESULTS_DIR="$SCRIPT_DIR/results"
 RLS_PATH=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 CHECK_HEADERS=(-H "X-Original-URI: /" -H "X-Original-Method: GET" -H "X-Forwarded-For: 127.0.0.1")
@@ -263,8 +262,8 @@ run_path() {
       /^time for request:/ { mean = ms($6) }
       END { printf "%d %d %.3f\n", ok, err, mean }' "$out")
   else
-    local rps p50 p99 req non sock avg
-    read -r rps p50 p99 req non sock <<<"$(parse_wrk "$out")"
+    local req non sock avg
+    read -r _ _ _ req non sock <<<"$(parse_wrk "$out")"
     avg=$(awk '
       function ms(v,  n, u) { n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
         if (u == "us") return n / 1000; if (u == "ms") return n; if (u == "s") return n * 1000; return n }
