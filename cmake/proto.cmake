@@ -30,6 +30,8 @@ function(sluice_proto target)
     list(APPEND sources ${generated})
   endforeach()
   add_library(${target} STATIC ${sources})
+  # protoc gives every generated file the same file-local names: never one translation unit.
+  set_target_properties(${target} PROPERTIES UNITY_BUILD OFF)
   target_compile_options(${target} PRIVATE -Wno-error)
   target_include_directories(${target} SYSTEM PUBLIC ${out})
   target_link_libraries(${target} PUBLIC PkgConfig::GRPCPP PkgConfig::PROTOBUF)

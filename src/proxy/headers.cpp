@@ -10,7 +10,7 @@ namespace sluice::proxy {
 
 using boost::beast::iequals;
 using http::append_number;
-using bhttp = boost::beast::http::field;
+using field = boost::beast::http::field;
 using boost::beast::http::verb;
 
 namespace {
@@ -40,7 +40,7 @@ void append_framing(std::string& out, body_framing framing, std::uint64_t length
 
 connection_tokens::connection_tokens(const http::message_head& head) {
     for (const auto& f : head.fields())
-        if (f.name == bhttp::connection && n_ < std::size(values_)) values_[n_++] = head.value(f);
+        if (f.name == field::connection && n_ < std::size(values_)) values_[n_++] = head.value(f);
 }
 
 bool connection_tokens::has(std::string_view token) const {
@@ -59,18 +59,18 @@ bool connection_tokens::has(std::string_view token) const {
 
 bool is_hop_by_hop(const http::message_head& head, const http::header_field& f, const connection_tokens& tokens) {
     switch (f.name) {
-        case bhttp::connection:
-        case bhttp::keep_alive:
-        case bhttp::te:
-        case bhttp::trailer:
-        case bhttp::transfer_encoding:
-        case bhttp::upgrade:
-        case bhttp::proxy_connection:
-        case bhttp::proxy_authenticate:
-        case bhttp::proxy_authorization: return true;
+        case field::connection:
+        case field::keep_alive:
+        case field::te:
+        case field::trailer:
+        case field::transfer_encoding:
+        case field::upgrade:
+        case field::proxy_connection:
+        case field::proxy_authenticate:
+        case field::proxy_authorization: return true;
         default: break;
     }
-    if (f.name == bhttp::host) return false;  // routing used it: `Connection: host` cannot drop it
+    if (f.name == field::host) return false;  // routing used it: `Connection: host` cannot drop it
     auto name = head.name(f);
     return is_proxy_prefixed(name) || tokens.names(name);
 }
@@ -78,7 +78,7 @@ bool is_hop_by_hop(const http::message_head& head, const http::header_field& f, 
 namespace {
 
 bool is_named(const http::message_head& m, const http::header_field& f, std::string_view name) {
-    return f.name == bhttp::unknown && iequals(m.name(f), name);
+    return f.name == field::unknown && iequals(m.name(f), name);
 }
 
 // Appends "Name: v1, v2, ..., last\r\n": every end-to-end field the predicate picks, in
@@ -115,18 +115,18 @@ void write_request_head(std::string& out, const http::message_head& req, const r
     connection_tokens tokens(req);
     std::string_view host = ctx.host, upgrade, proto, fwd_host;
     for (const auto& f : req.fields()) {
-        if (f.name == bhttp::upgrade) upgrade = req.value(f);
+        if (f.name == field::upgrade) upgrade = req.value(f);
         if (is_hop_by_hop(req, f, tokens)) continue;
         switch (f.name) {
-            case bhttp::content_length:
-            case bhttp::expect:  // answered by Sluice itself
-            case bhttp::via:     // joined below
+            case field::content_length:
+            case field::expect:  // answered by Sluice itself
+            case field::via:     // joined below
                 continue;
-            case bhttp::host:
+            case field::host:
                 if (!ctx.host.empty()) continue;  // absolute-form: the target names the host
                 if (host.empty()) host = req.value(f);
                 break;
-            case bhttp::unknown: {
+            case field::unknown: {
                 // Beast has no enumerators for the X-Forwarded-* names.
                 auto name = req.name(f);
                 if (iequals(name, "x-forwarded-for")) continue;  // joined below
@@ -155,7 +155,7 @@ void write_request_head(std::string& out, const http::message_head& req, const r
     if (!ctx.peer_trusted || fwd_host.empty()) fwd_host = host;
     if (!fwd_host.empty()) append_field(out, "X-Forwarded-Host", fwd_host);
     append_list(
-        out, req, tokens, "Via", [](const http::header_field& f) { return f.name == bhttp::via; },
+        out, req, tokens, "Via", [](const http::header_field& f) { return f.name == field::via; },
         req.version == 10 ? "1.0 sluice" : "1.1 sluice");
     if (ctx.upgrade && !upgrade.empty()) {
         append_field(out, "Upgrade", upgrade);
@@ -178,16 +178,16 @@ void write_response_head(std::string& out, const http::message_head& resp, const
     const bool keep_length = ctx.head_request || resp.status == 304;
     bool dated = false;
     for (const auto& f : resp.fields()) {
-        if (f.name == bhttp::upgrade) upgrade = resp.value(f);
-        dated = dated || f.name == bhttp::date;
+        if (f.name == field::upgrade) upgrade = resp.value(f);
+        dated = dated || f.name == field::date;
         if (is_hop_by_hop(resp, f, tokens)) continue;
-        if (f.name == bhttp::content_length && !keep_length) continue;
-        if (f.name == bhttp::via) continue;  // joined below
+        if (f.name == field::content_length && !keep_length) continue;
+        if (f.name == field::via) continue;  // joined below
         if (!ctx.drop.empty() && boost::beast::iequals(resp.name(f), ctx.drop)) continue;
         append_field(out, resp.name(f), resp.value(f));
     }
     append_list(
-        out, resp, tokens, "Via", [](const http::header_field& f) { return f.name == bhttp::via; },
+        out, resp, tokens, "Via", [](const http::header_field& f) { return f.name == field::via; },
         resp.version == 10 ? "1.0 sluice" : "1.1 sluice");
     out.append(ctx.extra);
     if (ctx.upgrade) {

@@ -1,5 +1,7 @@
 #include "route/router.hpp"
 
+#include "base/text.hpp"
+
 #include <boost/beast/core/string.hpp>
 
 namespace sluice::route {
@@ -8,10 +10,10 @@ namespace {
 
 using boost::beast::iequals;
 
-char to_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+using base::ascii_lower;
 
 std::string lower_case(std::string s) {
-    for (char& c : s) c = to_lower(c);
+    for (char& c : s) c = ascii_lower(c);
     return s;
 }
 
@@ -21,7 +23,7 @@ bool starts_with(std::string_view path, std::string_view prefix, bool fold) {
     if (path.size() < prefix.size()) return false;
     if (!fold) return path.compare(0, prefix.size(), prefix) == 0;
     for (std::size_t i = 0; i < prefix.size(); ++i)
-        if (to_lower(path[i]) != prefix[i]) return false;
+        if (ascii_lower(path[i]) != prefix[i]) return false;
     return true;
 }
 

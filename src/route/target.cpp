@@ -10,8 +10,8 @@ namespace sluice::route {
 
 namespace {
 
+using base::ascii_lower;
 using base::iequals;
-constexpr auto to_lower = base::ascii_lower;
 
 constexpr const char* no_known_form = "malformed request target";
 constexpr const char* asterisk_not_options = "asterisk-form target is only allowed with OPTIONS";
@@ -169,7 +169,7 @@ const char* parse_absolute(std::string_view raw, request_target& out, std::strin
         }
     }
     out.form = target_form::absolute;
-    for (const char c : host) out.host += to_lower(c);
+    for (const char c : host) out.host += ascii_lower(c);
     out.authority.assign(authority);
     return nullptr;
 }

@@ -1,4 +1,5 @@
 #include "tls/client_context.hpp"
+#include "tls/openssl.hpp"
 
 #include <boost/asio/ip/address.hpp>
 
@@ -14,18 +15,13 @@ namespace sluice::tls {
 
 namespace {
 
+using detail::no_passphrase;
+using detail::openssl_reason;
+
 // Where an SSL finds its worker's cache.
 int cache_index() {
     static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
     return index;
-}
-
-// OpenSSL's reason for the last failure ("no certificate or crl found"); the queue is cleared.
-std::string openssl_reason() {
-    const unsigned long e = ERR_peek_last_error();
-    ERR_clear_error();
-    const char* r = ERR_reason_error_string(e);
-    return r ? r : "unknown error";
 }
 
 // What OpenSSL queued says little more than "not PEM": the message names the file instead.
@@ -47,9 +43,6 @@ int on_new_session(SSL* ssl, SSL_SESSION* s) {
 struct pkey_free {
     void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
 };
-
-// An encrypted key is refused, never prompted for on a terminal.
-int no_passphrase(char*, int, int, void*) { return -1; }
 
 struct file_close {
     void operator()(std::FILE* f) const { std::fclose(f); }

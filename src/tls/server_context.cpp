@@ -1,4 +1,5 @@
 #include "tls/server_context.hpp"
+#include "tls/openssl.hpp"
 
 #include "base/text.hpp"
 
@@ -17,24 +18,15 @@ namespace sluice::tls {
 
 namespace {
 
+using detail::no_passphrase;
+using detail::openssl_reason;
+
 using steady = std::chrono::steady_clock;
 
 // TLS 1.2's suites: forward secret and AEAD only. TLS 1.3's are all AEAD (OpenSSL's default).
 constexpr const char* tls12_ciphers =
     "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
     "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
-
-std::string openssl_reason() {
-    const unsigned long e = ERR_get_error();
-    ERR_clear_error();
-    if (e == 0) return "unknown OpenSSL error";
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof buf);
-    return buf;
-}
-
-// An encrypted key is refused, never prompted for on a terminal.
-int no_passphrase(char*, int, int, void*) { return -1; }
 
 struct bio_free {
     void operator()(BIO* b) const { BIO_free(b); }
