@@ -224,6 +224,40 @@ void count_descriptors(metrics::shard& m, const limit::descriptor_check& check, 
     }
 }
 
+// The enforced descriptors the store refused, into the worker's offenders (GET /top): kind
+// descriptor:<path>, labelled by the descriptor's values joined by '+', the domain as policy.
+// Each identifier once per call; shadow refusals are not recorded.
+void record_refusals(limit::offenders& o, const limit::descriptor_check& check, const answers& a,
+                     std::span<const limit::descriptor_ask> asks, const limit::descriptor_domain& d) {
+    constexpr std::size_t max_label = 128;  // then the other values are left out
+    std::vector<limit::descriptor_check::slot> seen;
+    std::int64_t now = -1;
+    for (std::size_t i = 0; i < check.slots().size(); ++i) {
+        const auto s = check.slots()[i];
+        const auto* n = check.node(i);
+        if (!n || (s.in != part::charged && s.in != part::queried)) continue;
+        const auto& r = a[s.in];
+        if (failed(r) || !refused(r.verdict, s.key)) continue;
+        if (std::any_of(seen.begin(), seen.end(), [&](const auto& x) { return x.in == s.in && x.key == s.key; }))
+            continue;
+        seen.push_back(s);
+        std::string label;
+        for (const auto& e : asks[i].entries) {
+            if (label.size() >= max_label) {
+                label += "+…";
+                break;
+            }
+            if (&e != asks[i].entries.data()) label += '+';
+            limit::append_label_value(label, e.value);
+        }
+        if (now < 0)
+            now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+        const auto& key = check.request(s.in).keys[s.key];
+        o.refused(now, n->metric_slot, d.name, key.kind, key.id, label);
+    }
+}
+
 // Decides one call on worker `w`, its thread: the status to finish it with.
 awaitable<grpc::Status> decide(server::worker& w, call c) {
     const auto snap = w.snap;
@@ -242,6 +276,7 @@ awaitable<grpc::Status> decide(server::worker& w, call c) {
     const answers a = co_await ask_all(w, check);
     answer(*snap->cfg, check, a, *c.answer);
     count_descriptors(w.metrics, check, a, *c.answer, domain, snap->unknown_domain_slot);
+    if (domain) record_refusals(w.refusals, check, a, asks, *domain);
     co_return grpc::Status::OK;
 }
 

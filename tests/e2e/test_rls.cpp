@@ -471,3 +471,58 @@ descriptors:
     CHECK(g.ask(enforced).overall_code() == rls_response::OVER_LIMIT);
     std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("rls: GET /top lists the descriptors refused, by kind, value and domain, and not the shadow ones") {
+    rls_gateway g(shadow_domains);
+    const auto tight = request("api", {{{{"tight", "tenant/7"}}}});
+    CHECK(g.ask(tight).overall_code() == rls_response::OK);
+    for (int i = 0; i < 4; ++i) CHECK(g.ask(tight).overall_code() == rls_response::OVER_LIMIT);
+    for (int i = 0; i < 4; ++i)
+        CHECK(g.ask(request("api", {{{{"trial", "shadowed"}}}})).overall_code() == rls_response::OK);
+    // A value past the label's bound is cut.
+    const auto long_value = request("api", {{{{"tight", std::string(300, 'v')}}}});
+    CHECK(g.ask(long_value).overall_code() == rls_response::OK);
+    CHECK(g.ask(long_value).overall_code() == rls_response::OVER_LIMIT);
+
+    const auto top = boost::json::parse(fetch(g.gw->admin_port, "GET", "/top").body).as_object();
+    CHECK(top.at("limited_identities").to_number<int>() == 2);
+    const auto& list = top.at("offenders").as_array();
+    REQUIRE(list.size() == 2);
+    const auto& first = list[0].as_object();
+    CHECK(first.at("identity").as_string() == "tenant%2F7");
+    CHECK(first.at("kind").as_string() == "descriptor:tight");
+    CHECK(first.at("policy").as_string() == "api");
+    CHECK(first.at("refusals").to_number<int>() == 4);
+    const auto& second = list[1].as_object();
+    CHECK(second.at("refusals").to_number<int>() == 1);
+    CHECK(second.at("identity").as_string().size() < 100);
+    CHECK(second.at("identity").as_string().starts_with(std::string(64, 'v')));
+}
+
+TEST_CASE(
+    "rls: on Redis, a refused descriptor is answered from the deny cache, never past its limit, and "
+    "shadow as on memory") {
+    redis_server redis(unused_port());
+    const std::string store =
+        "store:\n  type: redis\n  on_error: deny\n  redis: { nodes: [\"127.0.0.1:" + std::to_string(redis.port) +
+        "\"], timeout: 2s }\n";
+    rls_gateway g(shadow_domains, store);
+    const auto roomy = request("api", {{{{"roomy", "cached"}}}});
+    int admitted = 0;
+    for (int i = 0; i < 20; ++i)
+        if (g.ask(roomy).overall_code() == rls_response::OK) ++admitted;
+    CHECK(admitted == 5);
+    // Each worker (2) asks Redis once for the first denial, then answers from its cache.
+    const auto hits =
+        metric_value(fetch(g.gw->admin_port, "GET", "/metrics").body, "sluice_redis_deny_cache_hits_total");
+    CHECK(hits >= 13);
+    CHECK(hits <= 15);
+    // A refusal from the cache is the same answer: OVER_LIMIT with the wait.
+    const auto over = g.ask(roomy);
+    CHECK(over.overall_code() == rls_response::OVER_LIMIT);
+    CHECK(over.statuses(0).limit_remaining() == 0);
+    CHECK(over.statuses(0).duration_until_reset().seconds() > 50);
+    CHECK(!header(over, "Retry-After").empty());
+
+    shadow_over_its_limit(g, "api", {"trial", "s"}, "descriptor:trial", 2);
+}
