@@ -461,6 +461,7 @@ struct descriptor_config {
     std::optional<std::string> value;            // unset: any value (each one counted on its own)
     std::vector<tier_config> tiers;              // any algorithm but concurrency; empty: not limited here
     std::vector<descriptor_config> descriptors;  // the entries that may follow this one
+    bool shadow = false;                         // shadow_mode: its tiers counted, never refusing the call
     std::string at;                              // "FILE:LINE:COLUMN: service.domains.api.descriptors[0]"
 
     bool operator==(const descriptor_config&) const = default;

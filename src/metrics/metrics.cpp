@@ -99,6 +99,7 @@ const char* to_string(rls_descriptor d) {
     switch (d) {
         case rls_descriptor::allowed: return "allowed";
         case rls_descriptor::limited: return "limited";
+        case rls_descriptor::shadow_limited: return "shadow_limited";
         case rls_descriptor::unknown: return "unknown";
         case rls_descriptor::count_: break;
     }

@@ -68,7 +68,7 @@ const char* to_string(tls_version v);
 enum class rls_call : std::size_t { ok, over_limit, invalid_argument, deadline_exceeded, cancelled, internal, count_ };
 const char* to_string(rls_call c);
 // What became of one descriptor of a call (unknown: no tiers matched it; allowed, not limited).
-enum class rls_descriptor : std::size_t { allowed, limited, unknown, count_ };
+enum class rls_descriptor : std::size_t { allowed, limited, shadow_limited, unknown, count_ };
 const char* to_string(rls_descriptor d);
 
 // Routes and policies are named by slots handed out by registry::slot(); names beyond

@@ -12,6 +12,7 @@
 #include <boost/asio/post.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <limits>
@@ -127,15 +128,57 @@ void add_fields(response& r, std::string_view lines) {
     }
 }
 
-// The answer to one call: both requests' decisions (either may be empty), as one.
-void answer(const config::config& cfg, const limit::descriptor_check& check, const limit::check_result& charged,
-            const limit::check_result& queried, response& out) {
-    const auto failed = [](const limit::check_result& r) { return r.state == limit::check_result::status::error; };
+using part = limit::descriptor_check::part;
+
+// The answers of a call's requests, by descriptor_check::index() (an empty request's: allowed).
+struct answers {
+    std::array<limit::check_result, limit::descriptor_check::parts> of;
+    const limit::check_result& operator[](part p) const { return of[limit::descriptor_check::index(p)]; }
+};
+
+bool failed(const limit::check_result& r) { return r.state == limit::check_result::status::error; }
+
+// Whether a tier of key `key` refused in `d`.
+bool refused(const limit::decision& d, std::size_t key) {
+    return std::any_of(d.tiers.begin(), d.tiers.end(),
+                       [key](const limit::tier_result& t) { return t.key_index == key && !t.admitted; });
+}
+
+// Asks the store for each request of `check`: the enforced ones, then, only when they admit
+// the call, the shadow ones (a refused call consumes nothing anywhere).
+awaitable<answers> ask_all(server::worker& w, const limit::descriptor_check& check) {
+    answers out;
+    for (const part p : {part::charged, part::queried, part::shadow, part::shadow_queried}) {
+        if (limit::descriptor_check::is_shadow(p)) {
+            const auto& c = out[part::charged];
+            const auto& q = out[part::queried];
+            if (failed(c) || failed(q) || !c.verdict.allowed || !q.verdict.allowed) break;
+        }
+        if (check.request(p).keys.empty()) continue;
+        auto result = co_await ask(w, check.request(p));
+        out.of[limit::descriptor_check::index(p)] = std::move(result);
+    }
+    co_return out;
+}
+
+// A shadow descriptor refused (its request asked and answered).
+bool shadow_refused(const answers& a, const limit::descriptor_check::slot& s) {
+    if (!limit::descriptor_check::is_shadow(s.in)) return false;
+    const auto& r = a[s.in];
+    return !failed(r) && refused(r.verdict, s.key);
+}
+
+// The answer to one call: the enforced requests' decisions (either may be empty), as one. A
+// shadow descriptor's status is OK without its limit: as a shadow policy's, invisible to clients.
+void answer(const config::config& cfg, const limit::descriptor_check& check, const answers& a, response& out) {
+    const auto& charged = a[part::charged];
+    const auto& queried = a[part::queried];
     if (failed(charged) || failed(queried)) {
         // The store could not answer: store.on_error as on the gateway path (local decided already).
         const bool deny = cfg.store.on_error == config::store_config::failure_mode::deny;
         out.set_overall_code(deny ? response::OVER_LIMIT : response::OK);
-        for (std::size_t i = 0; i < check.slots().size(); ++i) out.add_statuses()->set_code(out.overall_code());
+        for (const auto& s : check.slots())
+            out.add_statuses()->set_code(limit::descriptor_check::is_shadow(s.in) ? response::OK : out.overall_code());
         return;
     }
     limit::decision all;
@@ -147,11 +190,10 @@ void answer(const config::config& cfg, const limit::descriptor_check& check, con
     out.set_overall_code(all.allowed ? response::OK : response::OVER_LIMIT);
     for (const auto& s : check.slots()) {
         auto* st = out.add_statuses();
-        switch (s.in) {
-            case limit::descriptor_check::part::none: st->set_code(response::OK); break;
-            case limit::descriptor_check::part::charged: set_status(*st, charged.verdict, s.key); break;
-            case limit::descriptor_check::part::queried: set_status(*st, queried.verdict, s.key); break;
-        }
+        if (s.in == part::charged || s.in == part::queried)
+            set_status(*st, a[s.in].verdict, s.key);
+        else
+            st->set_code(response::OK);
     }
     std::string fields;
     limit::append_rate_limit_fields(fields, all, cfg.response.headers);
@@ -164,7 +206,7 @@ void answer(const config::config& cfg, const limit::descriptor_check& check, con
 
 // Each descriptor of an answered call, by its node's slot (unknown: the domain's, or that of
 // domains not configured).
-void count_descriptors(metrics::shard& m, const limit::descriptor_check& check, const response& out,
+void count_descriptors(metrics::shard& m, const limit::descriptor_check& check, const answers& a, const response& out,
                        const limit::descriptor_domain* d, std::size_t unknown_domain_slot) {
     for (std::size_t i = 0; i < check.slots().size(); ++i) {
         const auto* n = check.node(i);
@@ -172,9 +214,47 @@ void count_descriptors(metrics::shard& m, const limit::descriptor_check& check, 
             m.rls_decided(d ? d->unknown_slot : unknown_domain_slot, metrics::rls_descriptor::unknown);
             continue;
         }
-        const bool limited = i < static_cast<std::size_t>(out.statuses_size()) &&
-                             out.statuses(static_cast<int>(i)).code() == response::OVER_LIMIT;
-        m.rls_decided(n->metric_slot, limited ? metrics::rls_descriptor::limited : metrics::rls_descriptor::allowed);
+        auto result = metrics::rls_descriptor::allowed;
+        if (shadow_refused(a, check.slots()[i]))
+            result = metrics::rls_descriptor::shadow_limited;
+        else if (i < static_cast<std::size_t>(out.statuses_size()) &&
+                 out.statuses(static_cast<int>(i)).code() == response::OVER_LIMIT)
+            result = metrics::rls_descriptor::limited;
+        m.rls_decided(n->metric_slot, result);
+    }
+}
+
+// The enforced descriptors the store refused, into the worker's offenders (GET /top): kind
+// descriptor:<path>, labelled by the descriptor's values joined by '+', the domain as policy.
+// Each identifier once per call; shadow refusals are not recorded.
+void record_refusals(limit::offenders& o, const limit::descriptor_check& check, const answers& a,
+                     std::span<const limit::descriptor_ask> asks, const limit::descriptor_domain& d) {
+    constexpr std::size_t max_label = 128;  // then the other values are left out
+    std::vector<limit::descriptor_check::slot> seen;
+    std::int64_t now = -1;
+    for (std::size_t i = 0; i < check.slots().size(); ++i) {
+        const auto s = check.slots()[i];
+        const auto* n = check.node(i);
+        if (!n || (s.in != part::charged && s.in != part::queried)) continue;
+        const auto& r = a[s.in];
+        if (failed(r) || !refused(r.verdict, s.key)) continue;
+        if (std::any_of(seen.begin(), seen.end(), [&](const auto& x) { return x.in == s.in && x.key == s.key; }))
+            continue;
+        seen.push_back(s);
+        std::string label;
+        for (const auto& e : asks[i].entries) {
+            if (label.size() >= max_label) {
+                label += "+…";
+                break;
+            }
+            if (&e != asks[i].entries.data()) label += '+';
+            limit::append_label_value(label, e.value);
+        }
+        if (now < 0)
+            now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+        const auto& key = check.request(s.in).keys[s.key];
+        o.refused(now, n->metric_slot, d.name, key.kind, key.id, label);
     }
 }
 
@@ -193,11 +273,10 @@ awaitable<grpc::Status> decide(server::worker& w, call c) {
     if (c.ctx->IsCancelled()) co_return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
     if (std::chrono::system_clock::now() >= c.ctx->deadline())
         co_return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed before the call was decided");
-    limit::check_result charged, queried;
-    if (!check.charged().keys.empty()) charged = co_await ask(w, check.charged());
-    if (!check.queried().keys.empty()) queried = co_await ask(w, check.queried());
-    answer(*snap->cfg, check, charged, queried, *c.answer);
-    count_descriptors(w.metrics, check, *c.answer, domain, snap->unknown_domain_slot);
+    const answers a = co_await ask_all(w, check);
+    answer(*snap->cfg, check, a, *c.answer);
+    count_descriptors(w.metrics, check, a, *c.answer, domain, snap->unknown_domain_slot);
+    if (domain) record_refusals(w.refusals, check, a, asks, *domain);
     co_return grpc::Status::OK;
 }
 

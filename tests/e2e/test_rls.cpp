@@ -376,3 +376,153 @@ TEST_CASE("rls: a reload applies service.domains, and a tier that keeps its id k
     CHECK(g.ask(roomy).overall_code() == rls_response::OK);
     CHECK(g.ask(roomy).overall_code() == rls_response::OVER_LIMIT);
 }
+
+namespace {
+
+// `trial` and `audit` in shadow mode beside the enforced `tight`.
+const std::string shadow_domains = R"(  domains:
+    api:
+      descriptors:
+        - { key: tight, tiers: [ {limit: 1, per: 1m, algorithm: log} ] }
+        - { key: roomy, tiers: [ {limit: 5, per: 1m, algorithm: log} ] }
+        - { key: trial, shadow_mode: true, tiers: [ {limit: 2, per: 1m, algorithm: log} ] }
+)";
+
+double descriptors_total(const rls_gateway& g, const std::string& domain, const std::string& kind,
+                         const std::string& result) {
+    return metric_value(fetch(g.gw->admin_port, "GET", "/metrics").body, "sluice_rls_descriptors_total{domain=\"" +
+                                                                             domain + "\",descriptor=\"" + kind +
+                                                                             "\",result=\"" + result + "\"}");
+}
+
+// A shadow descriptor over its limit: OK, its status without a limit, no field for it, and
+// counted shadow_limited; the same checks on any store and from either config format.
+void shadow_over_its_limit(const rls_gateway& g, const std::string& domain,
+                           const std::pair<std::string, std::string>& entry, const std::string& kind, int limit) {
+    const auto one = request(domain, {{{entry}}});
+    for (int i = 0; i < limit + 3; ++i) {
+        const auto r = g.ask(one);
+        CHECK(r.overall_code() == rls_response::OK);
+        REQUIRE(r.statuses_size() == 1);
+        CHECK(r.statuses(0).code() == rls_response::OK);
+        CHECK(!r.statuses(0).has_current_limit());
+        CHECK(r.response_headers_to_add_size() == 0);
+    }
+    CHECK(descriptors_total(g, domain, kind, "allowed") == limit);
+    CHECK(descriptors_total(g, domain, kind, "shadow_limited") == 3);
+    CHECK(descriptors_total(g, domain, kind, "limited") == 0);
+}
+
+}  // namespace
+
+TEST_CASE("rls: a shadow descriptor over its limit is OK, its refusals counted as shadow_limited (memory)") {
+    rls_gateway g(shadow_domains);
+    shadow_over_its_limit(g, "api", {"trial", "s"}, "descriptor:trial", 2);
+    // Beside an enforced descriptor that admits: the call is OK, the enforced one's fields alone.
+    const auto both = g.ask(request("api", {{{{"roomy", "r"}}}, {{{"trial", "s"}}}}));
+    CHECK(both.overall_code() == rls_response::OK);
+    REQUIRE(both.statuses_size() == 2);
+    CHECK(both.statuses(0).current_limit().requests_per_unit() == 5);
+    CHECK(both.statuses(1).code() == rls_response::OK);
+    CHECK(!both.statuses(1).has_current_limit());
+    CHECK(header(both, "RateLimit-Policy").find(";q=5;") != std::string::npos);
+    CHECK(header(both, "RateLimit-Policy").find(";q=2;") == std::string::npos);
+    CHECK(descriptors_total(g, "api", "descriptor:trial", "shadow_limited") == 4);
+}
+
+TEST_CASE("rls: a call an enforced descriptor refuses charges nothing on its shadow descriptors") {
+    rls_gateway g(shadow_domains);
+    const auto both = request("api", {{{{"tight", "t"}}}, {{{"trial", "u"}}}});
+    CHECK(g.ask(both).overall_code() == rls_response::OK);  // tight 1/1, trial 1/2
+    for (int i = 0; i < 3; ++i) {
+        const auto r = g.ask(both);
+        CHECK(r.overall_code() == rls_response::OVER_LIMIT);
+        REQUIRE(r.statuses_size() == 2);
+        CHECK(r.statuses(0).code() == rls_response::OVER_LIMIT);
+        CHECK(r.statuses(1).code() == rls_response::OK);
+    }
+    // trial counted the first call only: one more passes, the next is shadow-limited.
+    const auto trial = request("api", {{{{"trial", "u"}}}});
+    g.ask(trial);
+    CHECK(descriptors_total(g, "api", "descriptor:trial", "shadow_limited") == 0);
+    g.ask(trial);
+    CHECK(descriptors_total(g, "api", "descriptor:trial", "shadow_limited") == 1);
+    CHECK(descriptors_total(g, "api", "descriptor:tight", "limited") == 3);
+}
+
+TEST_CASE("rls: shadow_mode: true of an envoyproxy/ratelimit file loads and behaves as service.domains' own") {
+    const std::string dir = make_temp_dir();
+    const std::string file = dir + "/legacy.yaml";
+    // A day: its window, aligned to Unix time, does not turn over within the test (but at midnight UTC).
+    write_file(file, R"(domain: legacy
+descriptors:
+  - key: generic_key
+    value: trial
+    shadow_mode: true
+    rate_limit: { unit: day, requests_per_unit: 2 }
+  - key: generic_key
+    value: enforced
+    rate_limit: { unit: day, requests_per_unit: 1 }
+)");
+    rls_gateway g("  ratelimit_config_files: [ \"" + file + "\" ]\n");
+    shadow_over_its_limit(g, "legacy", {"generic_key", "trial"}, "descriptor:generic_key=trial", 2);
+    const auto enforced = request("legacy", {{{{"generic_key", "enforced"}}}});
+    CHECK(g.ask(enforced).overall_code() == rls_response::OK);
+    CHECK(g.ask(enforced).overall_code() == rls_response::OVER_LIMIT);
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("rls: GET /top lists the descriptors refused, by kind, value and domain, and not the shadow ones") {
+    rls_gateway g(shadow_domains);
+    const auto tight = request("api", {{{{"tight", "tenant/7"}}}});
+    CHECK(g.ask(tight).overall_code() == rls_response::OK);
+    for (int i = 0; i < 4; ++i) CHECK(g.ask(tight).overall_code() == rls_response::OVER_LIMIT);
+    for (int i = 0; i < 4; ++i)
+        CHECK(g.ask(request("api", {{{{"trial", "shadowed"}}}})).overall_code() == rls_response::OK);
+    // A value past the label's bound is cut.
+    const auto long_value = request("api", {{{{"tight", std::string(300, 'v')}}}});
+    CHECK(g.ask(long_value).overall_code() == rls_response::OK);
+    CHECK(g.ask(long_value).overall_code() == rls_response::OVER_LIMIT);
+
+    const auto top = boost::json::parse(fetch(g.gw->admin_port, "GET", "/top").body).as_object();
+    CHECK(top.at("limited_identities").to_number<int>() == 2);
+    const auto& list = top.at("offenders").as_array();
+    REQUIRE(list.size() == 2);
+    const auto& first = list[0].as_object();
+    CHECK(first.at("identity").as_string() == "tenant%2F7");
+    CHECK(first.at("kind").as_string() == "descriptor:tight");
+    CHECK(first.at("policy").as_string() == "api");
+    CHECK(first.at("refusals").to_number<int>() == 4);
+    const auto& second = list[1].as_object();
+    CHECK(second.at("refusals").to_number<int>() == 1);
+    CHECK(second.at("identity").as_string().size() < 100);
+    CHECK(second.at("identity").as_string().starts_with(std::string(64, 'v')));
+}
+
+TEST_CASE(
+    "rls: on Redis, a refused descriptor is answered from the deny cache, never past its limit, and "
+    "shadow as on memory") {
+    redis_server redis(unused_port());
+    const std::string store =
+        "store:\n  type: redis\n  on_error: deny\n  redis: { nodes: [\"127.0.0.1:" + std::to_string(redis.port) +
+        "\"], timeout: 2s }\n";
+    rls_gateway g(shadow_domains, store);
+    const auto roomy = request("api", {{{{"roomy", "cached"}}}});
+    int admitted = 0;
+    for (int i = 0; i < 20; ++i)
+        if (g.ask(roomy).overall_code() == rls_response::OK) ++admitted;
+    CHECK(admitted == 5);
+    // Each worker (2) asks Redis once for the first denial, then answers from its cache.
+    const auto hits =
+        metric_value(fetch(g.gw->admin_port, "GET", "/metrics").body, "sluice_redis_deny_cache_hits_total");
+    CHECK(hits >= 13);
+    CHECK(hits <= 15);
+    // A refusal from the cache is the same answer: OVER_LIMIT with the wait.
+    const auto over = g.ask(roomy);
+    CHECK(over.overall_code() == rls_response::OVER_LIMIT);
+    CHECK(over.statuses(0).limit_remaining() == 0);
+    CHECK(over.statuses(0).duration_until_reset().seconds() > 50);
+    CHECK(!header(over, "Retry-After").empty());
+
+    shadow_over_its_limit(g, "api", {"trial", "s"}, "descriptor:trial", 2);
+}
