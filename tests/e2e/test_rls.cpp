@@ -380,21 +380,6 @@ TEST_CASE("rls: a reload applies service.domains, and a tier that keeps its id k
 
 namespace {
 
-std::string redis_store(std::uint16_t port) {
-    return "store:\n  type: redis\n  on_error: deny\n  redis: { nodes: [\"127.0.0.1:" + std::to_string(port) +
-           "\"], timeout: 5s }\n";
-}
-
-// Redis runs no script (the gateway's checks) until resume_redis(). (WRITE: CLIENT UNPAUSE
-// itself would wait out an ALL pause.)
-void stall_redis(std::uint16_t port) {
-    CHECK(run({"redis-cli", "-p", std::to_string(port), "CLIENT", "PAUSE", "10000", "WRITE"}, 10s).find("OK") !=
-          std::string::npos);
-}
-void resume_redis(std::uint16_t port) {
-    CHECK(run({"redis-cli", "-p", std::to_string(port), "CLIENT", "UNPAUSE"}, 10s).find("OK") != std::string::npos);
-}
-
 // A call under way on the client's own threads; wait() for its status.
 struct pending_call {
     pending_call(rls::RateLimitService::Stub& stub, const rls::RateLimitRequest& r, milliseconds deadline) {
@@ -419,6 +404,21 @@ struct pending_call {
     grpc::Status status;
 };
 
+std::string redis_store(std::uint16_t port) {
+    return "store:\n  type: redis\n  on_error: deny\n  redis: { nodes: [\"127.0.0.1:" + std::to_string(port) +
+           "\"], timeout: 5s }\n";
+}
+
+// Redis runs no script (the gateway's checks) until resume_redis(). (WRITE: CLIENT UNPAUSE
+// itself would wait out an ALL pause.)
+void stall_redis(std::uint16_t port) {
+    CHECK(run({"redis-cli", "-p", std::to_string(port), "CLIENT", "PAUSE", "10000", "WRITE"}, 10s).find("OK") !=
+          std::string::npos);
+}
+void resume_redis(std::uint16_t port) {
+    CHECK(run({"redis-cli", "-p", std::to_string(port), "CLIENT", "UNPAUSE"}, 10s).find("OK") != std::string::npos);
+}
+
 }  // namespace
 
 TEST_CASE("rls: a call whose deadline passes while Redis decides is not charged: its admission is given back") {
@@ -441,7 +441,21 @@ TEST_CASE("rls: a call whose deadline passes while Redis decides is not charged:
     const auto text = fetch(admin, "GET", "/metrics").body;
     CHECK(metric_value(text, R"(sluice_rls_taken_back_total{result="done"})") == 1);
     CHECK(metric_value(text, R"(sluice_rls_taken_back_total{result="failed"})") == 0);
-    // Nothing of the late call is left: exactly the full limit (5) passes.
+    // A call its client cancels while Redis decides: CANCELLED, and given back too.
+    const auto checks = [&] { return metric_value(fetch(admin, "GET", "/metrics").body, "sluice_redis_checks_total"); };
+    const double before = checks();
+    stall_redis(redis.port);
+    {
+        pending_call cancelled(*g.stub, roomy, 20s);
+        CHECK(eventually([&] { return checks() >= before + 1; }));  // with Redis
+        cancelled.ctx.TryCancel();
+        REQUIRE(cancelled.wait(5s));
+        CHECK(cancelled.status.error_code() == grpc::StatusCode::CANCELLED);
+    }
+    resume_redis(redis.port);
+    CHECK(eventually_metric(admin, R"(sluice_rls_calls_total{code="cancelled"})", 1) == 1);
+    CHECK(eventually_metric(admin, R"(sluice_rls_taken_back_total{result="done"})", 2) == 2);
+    // Nothing of the late calls is left: exactly the full limit (5) passes.
     for (int i = 0; i < 5; ++i) {
         const auto r = g.ask(roomy);
         CHECK(r.overall_code() == rls_response::OK);
