@@ -234,15 +234,20 @@ void read_http_peers(const node_ref& v, service_config& out) {
 }  // namespace
 
 void read_service(const node_ref& n, service_config& out) {
-    read_mapping(n, {
-                        {"grpc_listen", [&](const node_ref& v) { out.grpc_listen = read_listen_or_off(v); },
-                         presence::optional, restart_only<&config::service, &service_config::grpc_listen>},
-                        {"http_listen", [&](const node_ref& v) { out.http_listen = read_listen_or_off(v); },
-                         presence::optional, restart_only<&config::service, &service_config::http_listen>},
-                        {"http_peers", [&](const node_ref& v) { read_http_peers(v, out); }},
-                        {"domains", [&](const node_ref& v) { read_domains(v, out.domains); }},
-                        {"ratelimit_config_files", [&](const node_ref& v) { read_ratelimit_files(v, out.domains); }},
-                    });
+    read_mapping(
+        n,
+        {
+            {"grpc_listen", [&](const node_ref& v) { out.grpc_listen = read_listen_or_off(v); }, presence::optional,
+             restart_only<&config::service, &service_config::grpc_listen>},
+            {"max_concurrent_calls",
+             [&](const node_ref& v) { out.max_concurrent_calls = schema::read_uint_as<std::size_t>(v, 1, 1'000'000); },
+             presence::optional, restart_only<&config::service, &service_config::max_concurrent_calls>},
+            {"http_listen", [&](const node_ref& v) { out.http_listen = read_listen_or_off(v); }, presence::optional,
+             restart_only<&config::service, &service_config::http_listen>},
+            {"http_peers", [&](const node_ref& v) { read_http_peers(v, out); }},
+            {"domains", [&](const node_ref& v) { read_domains(v, out.domains); }},
+            {"ratelimit_config_files", [&](const node_ref& v) { read_ratelimit_files(v, out.domains); }},
+        });
 }
 
 }  // namespace sluice::config::detail
