@@ -374,7 +374,7 @@ void gateway::open_listeners() {
     if (cfg_->service.grpc_listen) {
         std::vector<server::worker*> ws;
         for (auto& w : workers_) ws.push_back(w.get());
-        rls_ = std::make_unique<service::rls_server>(std::move(ws));
+        rls_ = std::make_unique<service::rls_server>(std::move(ws), cfg_->service.max_concurrent_calls);
         try {
             grpc_bound = rls_->start(*cfg_->service.grpc_listen);
         } catch (const std::exception& e) {

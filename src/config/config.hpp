@@ -461,6 +461,7 @@ struct descriptor_config {
     std::optional<std::string> value;            // unset: any value (each one counted on its own)
     std::vector<tier_config> tiers;              // any algorithm but concurrency; empty: not limited here
     std::vector<descriptor_config> descriptors;  // the entries that may follow this one
+    bool shadow = false;                         // shadow_mode: its tiers counted, never refusing the call
     std::string at;                              // "FILE:LINE:COLUMN: service.domains.api.descriptors[0]"
 
     bool operator==(const descriptor_config&) const = default;
@@ -479,6 +480,9 @@ struct service_domain_config {
 struct service_config {
     std::optional<address> grpc_listen;          // Envoy's RLS v3 over gRPC; unset: off
     std::vector<service_domain_config> domains;  // in file order
+    // service.max_concurrent_calls: the gRPC calls being decided at once, in the whole process;
+    // one more is answered RESOURCE_EXHAUSTED at once.
+    std::size_t max_concurrent_calls = 1000;
     // service.http_listen: the HTTP check (GET|POST /check), as nginx's auth_request and
     // Traefik's forwardAuth ask it; unset: off.
     std::optional<address> http_listen;

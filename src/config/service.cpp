@@ -75,7 +75,7 @@ void read_descriptors(const node_ref& n, const std::string& parent, std::vector<
     schema::read_sequence(n, [&](const node_ref& item) {
         descriptor_config d;
         d.at = item.where();
-        std::optional<node_ref> tiers_at, nested_at;
+        std::optional<node_ref> tiers_at, nested_at, shadow_at;
         read_mapping(item, {
                                key_field(d),
                                value_field(d),
@@ -86,6 +86,11 @@ void read_descriptors(const node_ref& n, const std::string& parent, std::vector<
                                     tiers_at = v;
                                 }},
                                {"descriptors", [&](const node_ref& v) { nested_at = v; }},
+                               {"shadow_mode",
+                                [&](const node_ref& v) {
+                                    d.shadow = schema::read_bool(v);
+                                    shadow_at = v;
+                                }},
                            });
         const std::string kind = kind_text(parent, d);
         for (auto& t : d.tiers) t.kind = kind;
@@ -99,6 +104,9 @@ void read_descriptors(const node_ref& n, const std::string& parent, std::vector<
         if (item.describing()) return;
         if (d.tiers.empty() && d.descriptors.empty())
             item.fail("expected tiers, or descriptors that follow this entry (a non-empty list)");
+        // Not inherited by the entries that follow: each names its own.
+        if (d.shadow && d.tiers.empty())
+            shadow_at->fail("shadow_mode: true needs tiers on this entry (it applies to its own tiers only)");
         check_unique(item, out, d);
         out.push_back(std::move(d));
     });
@@ -159,11 +167,8 @@ void read_ratelimit_descriptors(const node_ref& n, const std::string& parent, st
                                value_field(d),
                                {"rate_limit", [&](const node_ref& v) { rate_at = v; }},
                                {"descriptors", [&](const node_ref& v) { nested_at = v; }},
-                               {"shadow_mode",
-                                [&](const node_ref& v) {
-                                    if (schema::read_bool(v))
-                                        v.fail("shadow_mode: true is not supported yet (remove it, or false)");
-                                }},
+                               // On an entry without a rate_limit it is read and has no effect, as there.
+                               {"shadow_mode", [&](const node_ref& v) { d.shadow = schema::read_bool(v); }},
                                {"detailed_metric", [&](const node_ref& v) { schema::read_bool(v); }},
                            });
         const std::string kind = kind_text(parent, d);
@@ -229,15 +234,20 @@ void read_http_peers(const node_ref& v, service_config& out) {
 }  // namespace
 
 void read_service(const node_ref& n, service_config& out) {
-    read_mapping(n, {
-                        {"grpc_listen", [&](const node_ref& v) { out.grpc_listen = read_listen_or_off(v); },
-                         presence::optional, restart_only<&config::service, &service_config::grpc_listen>},
-                        {"http_listen", [&](const node_ref& v) { out.http_listen = read_listen_or_off(v); },
-                         presence::optional, restart_only<&config::service, &service_config::http_listen>},
-                        {"http_peers", [&](const node_ref& v) { read_http_peers(v, out); }},
-                        {"domains", [&](const node_ref& v) { read_domains(v, out.domains); }},
-                        {"ratelimit_config_files", [&](const node_ref& v) { read_ratelimit_files(v, out.domains); }},
-                    });
+    read_mapping(
+        n,
+        {
+            {"grpc_listen", [&](const node_ref& v) { out.grpc_listen = read_listen_or_off(v); }, presence::optional,
+             restart_only<&config::service, &service_config::grpc_listen>},
+            {"max_concurrent_calls",
+             [&](const node_ref& v) { out.max_concurrent_calls = schema::read_uint_as<std::size_t>(v, 1, 1'000'000); },
+             presence::optional, restart_only<&config::service, &service_config::max_concurrent_calls>},
+            {"http_listen", [&](const node_ref& v) { out.http_listen = read_listen_or_off(v); }, presence::optional,
+             restart_only<&config::service, &service_config::http_listen>},
+            {"http_peers", [&](const node_ref& v) { read_http_peers(v, out); }},
+            {"domains", [&](const node_ref& v) { read_domains(v, out.domains); }},
+            {"ratelimit_config_files", [&](const node_ref& v) { read_ratelimit_files(v, out.domains); }},
+        });
 }
 
 }  // namespace sluice::config::detail

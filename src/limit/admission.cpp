@@ -30,27 +30,6 @@ namespace {
 
 constexpr std::size_t no_key = static_cast<std::size_t>(-1);
 
-// A value as GET /top shows it: at most 64 bytes, and percent-encoded as in an admin path
-// (/identities/<kind>/<value>) where it could be misread: '%', '+', '/', blanks, controls,
-// quotes and bytes beyond ASCII.
-void append_label_value(std::string& out, std::string_view v) {
-    constexpr std::size_t shown = 64;
-    const bool cut = v.size() > shown;
-    if (cut) v = v.substr(0, shown);
-    for (const char c : v) {
-        const auto u = static_cast<unsigned char>(c);
-        if (u <= 0x20 || u >= 0x7f || c == '%' || c == '+' || c == '/' || c == '"' || c == '\\') {
-            constexpr std::string_view upper = "0123456789ABCDEF";
-            out += '%';
-            out += upper[u >> 4];
-            out += upper[u & 0x0f];
-        } else {
-            out += c;
-        }
-    }
-    if (cut) out += "…";
-}
-
 // The user as the operator may see it: an API key is a credential, so only the last four
 // characters of one of 16 or more are shown.
 void append_user_label(std::string& out, std::string_view user) {

@@ -12,6 +12,7 @@ descriptor_node compile_node(const std::string& domain, const config::descriptor
     descriptor_node n;
     n.key = c.key;
     n.value = c.value;
+    n.shadow = c.shadow;
     std::vector<const config::tier_config*> tiers;
     for (const auto& t : c.tiers) tiers.push_back(&t);
     const auto names = tier_names(tiers);
@@ -65,8 +66,9 @@ const descriptor_node* match(const descriptor_domain& d, std::span<const descrip
 }
 
 std::size_t descriptor_check::add_key(const identity::hasher& hasher, const descriptor_node& n,
-                                      std::span<const descriptor_entry> entries,
-                                      std::array<store_key, max_request_keys>& keys, std::size_t& count) {
+                                      std::span<const descriptor_entry> entries, std::size_t p) {
+    auto& keys = keys_[p];
+    std::size_t& count = counts_[p];
     std::array<std::string_view, max_request_keys> values;
     std::vector<std::string_view> more;  // a descriptor of more entries than max_request_keys
     std::span<const std::string_view> all;
@@ -92,7 +94,8 @@ std::string descriptor_check::prepare(const identity::hasher& hasher, const desc
                                       std::span<const descriptor_ask> asks) {
     slots_.assign(asks.size(), slot{});
     nodes_.assign(asks.size(), nullptr);
-    std::size_t charged = 0, queried = 0;
+    counts_.fill(0);
+    std::size_t total = 0;
     std::optional<std::int64_t> cost;
     for (std::size_t i = 0; i < asks.size(); ++i) {
         const auto& a = asks[i];
@@ -107,16 +110,21 @@ std::string descriptor_check::prepare(const identity::hasher& hasher, const desc
                        std::to_string(*cost) + " and " + std::to_string(a.cost) + " differ";
             cost = a.cost;
         }
-        const std::size_t k = counts ? add_key(hasher, *n, a.entries, charged_keys_, charged)
-                                     : add_key(hasher, *n, a.entries, queried_keys_, queried);
-        if (k == static_cast<std::size_t>(-1) || charged + queried > max_request_keys)
+        const part in =
+            n->shadow ? (counts ? part::shadow : part::shadow_queried) : (counts ? part::charged : part::queried);
+        const std::size_t before = counts_[index(in)];
+        const std::size_t k = add_key(hasher, *n, a.entries, index(in));
+        if (k != static_cast<std::size_t>(-1)) total += counts_[index(in)] - before;
+        if (k == static_cast<std::size_t>(-1) || total > max_request_keys)
             return "more than " + std::to_string(max_request_keys) +
                    " limited descriptors in one call (one store request carries them all)";
-        slots_[i] = {counts ? part::charged : part::queried, k};
+        slots_[i] = {in, k};
     }
-    charged_ = check_request{std::span(charged_keys_.data(), charged), cost.value_or(1)};
-    queried_ = check_request{std::span(queried_keys_.data(), queried), 0};
-    queried_.query = true;
+    for (std::size_t p = 0; p < parts; ++p) {
+        const bool query = p == index(part::queried) || p == index(part::shadow_queried);
+        requests_[p] = check_request{std::span(keys_[p].data(), counts_[p]), query ? 0 : cost.value_or(1)};
+        requests_[p].query = query;
+    }
     return "";
 }
 

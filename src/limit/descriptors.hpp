@@ -3,6 +3,10 @@
 // down its domain's tree, and the descriptors of one call made into one check_request, so
 // that they are decided and committed together as the identifiers of one HTTP request are.
 //
+// A node in shadow mode (shadow_mode: true) has its tiers charged as any other's, but its
+// refusal never refuses the call: its descriptors are a request of their own, asked only once
+// the call is admitted (a refused call still consumes nothing anywhere).
+//
 // A descriptor that matches a node with tiers is an identifier of the node's kind
 // ("descriptor:<path>", the path of keys, and values where the config names them) whose value
 // is the descriptor's entry values (config::kind_spec::hash_input), keyed-hashed as every
@@ -34,6 +38,7 @@ struct descriptor_node {
     identity::kind kind = identity::kind::ip;
     std::vector<tier> tiers;  // empty: a descriptor ending here is not limited
     std::vector<descriptor_node> children;
+    bool shadow = false;          // its tiers are counted, its refusals never refuse the call
     std::size_t metric_slot = 0;  // with tiers: metrics::registry::slot("descriptor", ...), set by the snapshot
 };
 
@@ -63,9 +68,12 @@ struct descriptor_ask {
 
 class descriptor_check {
 public:
-    // Where a descriptor's answer is: in the charged request, the queried one (cost 0), or
-    // none (no domain, no matching node, or a node without tiers: allowed, not limited).
-    enum class part { none, charged, queried };
+    // Where a descriptor's answer is: in the charged request, the queried one (cost 0), their
+    // shadow counterparts (nodes in shadow mode: asked only when the call is admitted, never
+    // refusing it), or none (no domain, no matching node, or a node without tiers: allowed,
+    // not limited).
+    enum class part { none, charged, queried, shadow, shadow_queried };
+    static constexpr std::size_t parts = 4;  // the parts with a request
     struct slot {
         part in = part::none;
         std::size_t key = 0;  // its identifier's index in that request's keys
@@ -78,22 +86,28 @@ public:
     std::string prepare(const identity::hasher& hasher, const descriptor_domain* d,
                         std::span<const descriptor_ask> asks);
 
-    // The descriptors that count (cost > 0), one decision; empty keys when none.
-    const check_request& charged() const { return charged_; }
-    // The descriptors of cost 0, asked without writing; empty keys when none.
-    const check_request& queried() const { return queried_; }
+    // The request of part `p` (not none); empty keys when no descriptor is in it. The queried
+    // ones (cost 0) ask without writing.
+    const check_request& request(part p) const { return requests_[index(p)]; }
+    // The descriptors that count (cost > 0), one decision.
+    const check_request& charged() const { return request(part::charged); }
+    const check_request& queried() const { return request(part::queried); }
     std::span<const slot> slots() const { return slots_; }
     // The matched node of descriptor i (null: not limited).
     const descriptor_node* node(std::size_t i) const { return nodes_[i]; }
 
-private:
-    // Adds (or finds) the identifier of `n` for `entries` to `keys`; its index, or npos when full.
-    std::size_t add_key(const identity::hasher& hasher, const descriptor_node& n,
-                        std::span<const descriptor_entry> entries, std::array<store_key, max_request_keys>& keys,
-                        std::size_t& count);
+    static std::size_t index(part p) { return static_cast<std::size_t>(p) - 1; }
+    static bool is_shadow(part p) { return p == part::shadow || p == part::shadow_queried; }
 
-    std::array<store_key, max_request_keys> charged_keys_, queried_keys_;
-    check_request charged_, queried_;
+private:
+    // Adds (or finds) the identifier of `n` for `entries` to part p's keys; its index, or npos
+    // when full.
+    std::size_t add_key(const identity::hasher& hasher, const descriptor_node& n,
+                        std::span<const descriptor_entry> entries, std::size_t p);
+
+    std::array<std::array<store_key, max_request_keys>, parts> keys_;
+    std::array<std::size_t, parts> counts_{};
+    std::array<check_request, parts> requests_;
     std::vector<slot> slots_;
     std::vector<const descriptor_node*> nodes_;
     std::string input_;

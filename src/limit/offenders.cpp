@@ -23,6 +23,24 @@ offender key_of(std::size_t policy_slot, identity::kind kind, const digest& id) 
 
 }  // namespace
 
+void append_label_value(std::string& out, std::string_view v) {
+    constexpr std::size_t shown = 64;
+    const bool cut = v.size() > shown;
+    if (cut) v = v.substr(0, shown);
+    for (const char c : v) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u <= 0x20 || u >= 0x7f || c == '%' || c == '+' || c == '/' || c == '"' || c == '\\') {
+            constexpr std::string_view upper = "0123456789ABCDEF";
+            out += '%';
+            out += upper[u >> 4];
+            out += upper[u & 0x0f];
+        } else {
+            out += c;
+        }
+    }
+    if (cut) out += "…";
+}
+
 void offenders::refused(std::int64_t now_s, std::size_t policy_slot, std::string_view policy, identity::kind kind,
                         const digest& id, std::string_view label) {
     const std::int64_t number = now_s / period_s;

@@ -37,6 +37,11 @@ struct offender {
     bool same(const offender& o) const { return policy_slot == o.policy_slot && kind == o.kind && id == o.id; }
 };
 
+// Appends a value as GET /top shows it: at most 64 bytes, and percent-encoded as in an admin
+// path (/identities/<kind>/<value>) where it could be misread: '%', '+', '/', blanks,
+// controls, quotes and bytes beyond ASCII.
+void append_label_value(std::string& out, std::string_view v);
+
 class offenders {
 public:
     static constexpr std::size_t capacity = 128;  // identities per period per worker

@@ -89,6 +89,7 @@ const char* to_string(rls_call c) {
         case rls_call::invalid_argument: return "invalid_argument";
         case rls_call::deadline_exceeded: return "deadline_exceeded";
         case rls_call::cancelled: return "cancelled";
+        case rls_call::resource_exhausted: return "resource_exhausted";
         case rls_call::internal: return "internal";
         case rls_call::count_: break;
     }
@@ -99,6 +100,7 @@ const char* to_string(rls_descriptor d) {
     switch (d) {
         case rls_descriptor::allowed: return "allowed";
         case rls_descriptor::limited: return "limited";
+        case rls_descriptor::shadow_limited: return "shadow_limited";
         case rls_descriptor::unknown: return "unknown";
         case rls_descriptor::count_: break;
     }
@@ -627,6 +629,16 @@ std::string registry::scrape() const {
         }
     }
     out.push_back(std::move(rls_descriptors));
+    auto rls_taken_back = family("sluice_rls_taken_back_total",
+                                 "Rate-limit service calls charged while their client gave up (deadline passed, "
+                                 "cancelled): the charge given back (done) or left (failed: the store failed).",
+                                 MetricType::Counter);
+    for (std::size_t r = 0; r < 2; ++r) {
+        std::uint64_t sum = 0;
+        for (const auto& s : shards_) sum += s->rls_taken_back_[r].get();
+        rls_taken_back.metric.push_back(counter({{"result", r == 0 ? "done" : "failed"}}, sum));
+    }
+    out.push_back(std::move(rls_taken_back));
     auto expiry = family("sluice_tls_certificate_expiry_seconds",
                          "Seconds until each certificate the TLS listener serves expires (its notAfter), by its "
                          "first name; negative once expired.",

@@ -65,10 +65,19 @@ const char* to_string(tls_version v);
 
 // How a call of the rate-limit service (src/service) ended: OK split by its overall code,
 // else its gRPC status.
-enum class rls_call : std::size_t { ok, over_limit, invalid_argument, deadline_exceeded, cancelled, internal, count_ };
+enum class rls_call : std::size_t {
+    ok,
+    over_limit,
+    invalid_argument,
+    deadline_exceeded,
+    cancelled,
+    resource_exhausted,
+    internal,
+    count_
+};
 const char* to_string(rls_call c);
 // What became of one descriptor of a call (unknown: no tiers matched it; allowed, not limited).
-enum class rls_descriptor : std::size_t { allowed, limited, unknown, count_ };
+enum class rls_descriptor : std::size_t { allowed, limited, shadow_limited, unknown, count_ };
 const char* to_string(rls_descriptor d);
 
 // Routes and policies are named by slots handed out by registry::slot(); names beyond
@@ -146,6 +155,9 @@ public:
         rls_calls_[static_cast<std::size_t>(c)].add();
         rls_duration_.observe(duration_buckets, seconds);
     }
+    // A call whose client was gone once the store had charged it: its charge given back
+    // (store::take_back), or not (the store failed).
+    void rls_taken_back(bool done) { rls_taken_back_[done ? 0 : 1].add(); }
     // One descriptor's result, by its slot (registry::slot("descriptor", "<domain>\t<kind>")).
     void rls_decided(std::size_t descriptor_slot, rls_descriptor r) {
         rls_descriptors_[descriptor_slot * static_cast<std::size_t>(rls_descriptor::count_) +
@@ -179,6 +191,7 @@ private:
     std::array<cell, static_cast<std::size_t>(rls_call::count_)> rls_calls_{};
     histogram_cells<duration_buckets.size()> rls_duration_;
     std::array<cell, max_slots* static_cast<std::size_t>(rls_descriptor::count_)> rls_descriptors_{};
+    std::array<cell, 2> rls_taken_back_{};  // done, failed
 };
 
 // Owns the shards and renders /metrics. Construct once before the workers start.

@@ -27,7 +27,7 @@ void access_log::lane::add_number(std::string_view key, std::int64_t n) {
     line_.append(buf, std::to_chars(buf, buf + sizeof buf, n).ptr);
 }
 
-void access_log::lane::write(const access_record& r) {
+void access_log::lane::begin(std::string_view peer) {
     using namespace std::chrono;
     const auto ms = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
     if (ms / 1000 != second_) {  // "2026-11-22T17:55:41." once per second
@@ -43,7 +43,11 @@ void access_log::lane::write(const access_record& r) {
     const char millis[3] = {char('0' + ms % 1000 / 100), char('0' + ms % 100 / 10), char('0' + ms % 10)};
     line_.append(millis, 3);
     line_ += R"(Z")";
-    add_string(R"(,"peer":)", r.peer);
+    add_string(R"(,"peer":)", peer);
+}
+
+void access_log::lane::write(const access_record& r) {
+    begin(r.peer);
     if (r.check) {
         line_ += R"(,"check":true)";
         add_string(R"(,"client":)", r.client);
@@ -70,6 +74,46 @@ void access_log::lane::write(const access_record& r) {
         add_string(R"(,"tls_version":)", r.tls_version);
         add_string(R"(,"sni":)", r.sni);
     }
+    finish();
+}
+
+namespace {
+
+// At most `n` bytes of `s`, not cutting a UTF-8 sequence.
+std::string_view cut(std::string_view s, std::size_t n) {
+    if (s.size() <= n) return s;
+    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+    return s.substr(0, n);
+}
+
+}  // namespace
+
+void access_log::lane::write(const rls_record& r) {
+    begin(r.peer);
+    line_ += R"(,"rls":true)";
+    add_string(R"(,"domain":)", cut(r.domain, rls_record::max_key_bytes));
+    line_ += R"(,"descriptors":[)";
+    const std::size_t shown = std::min(r.descriptors.size(), rls_record::max_descriptors);
+    for (std::size_t i = 0; i < shown; ++i) {
+        const auto& d = r.descriptors[i];
+        line_ += i == 0 ? R"({"keys":[)" : R"(,{"keys":[)";
+        const std::size_t keys = std::min(d.keys.size(), rls_record::max_keys);
+        for (std::size_t k = 0; k < keys; ++k) add_string(k == 0 ? "" : ",", cut(d.keys[k], rls_record::max_key_bytes));
+        line_ += ']';
+        if (!d.matched.empty()) add_string(R"(,"matched":)", d.matched);
+        if (!d.id.empty()) add_string(R"(,"id":)", d.id);
+        if (!d.code.empty()) add_string(R"(,"code":)", d.code);
+        line_ += '}';
+    }
+    line_ += ']';
+    add_number(R"(,"descriptor_count":)", static_cast<std::int64_t>(r.descriptor_count));
+    if (!r.code.empty()) add_string(R"(,"code":)", r.code);
+    add_string(R"(,"grpc_status":)", r.grpc_status);
+    add_number(R"(,"total_us":)", r.total_us);
+    finish();
+}
+
+void access_log::lane::finish() {
     line_ += "}\n";
 
     bool wake = false;

@@ -50,6 +50,26 @@ struct access_record {
     std::string_view client;                    // a check's: the client its proxy named ("" = none read)
 };
 
+// A call of the rate-limit service (service.grpc_listen): its line has "rls":true. The
+// descriptors' values are identifiers and appear only as the keyed hash of the identifier
+// they make ("id"); keys are the caller's, cut at max_key_bytes.
+struct rls_descriptor_record {
+    std::vector<std::string_view> keys;  // in order
+    std::string_view matched;            // the matched node's kind ("descriptor:<path>"), "" = none
+    std::string id;                      // hex of the identifier's keyed hash, "" when none
+    std::string_view code;               // "OK", "OVER_LIMIT"; "" when not answered
+};
+struct rls_record {
+    std::string_view peer;         // as gRPC names it ("ipv4:10.0.0.7:41236")
+    std::string_view domain;       // cut at max_key_bytes
+    std::string_view code;         // the overall code ("OK", "OVER_LIMIT"); "" when the status is not OK
+    std::string_view grpc_status;  // "OK", "DEADLINE_EXCEEDED", ...
+    std::vector<rls_descriptor_record> descriptors;  // the first max_descriptors
+    std::size_t descriptor_count = 0;                // all the call had
+    std::int64_t total_us = 0;                       // arrival to answer
+    static constexpr std::size_t max_descriptors = 16, max_keys = 16, max_key_bytes = 64;
+};
+
 class access_log {
 public:
     static constexpr std::size_t batch_bytes = 64 * base::KiB;
@@ -58,6 +78,7 @@ public:
     class lane {
     public:
         void write(const access_record& r);
+        void write(const rls_record& r);
 
     private:
         friend class access_log;
@@ -69,6 +90,9 @@ public:
         // Append `key` (`,"name":`), then the value as JSON.
         void add_string(std::string_view key, std::string_view s);
         void add_number(std::string_view key, std::int64_t n);
+        // The line's start ("time", "peer"), and its end, appended to pending_.
+        void begin(std::string_view peer);
+        void finish();
 
         boost::json::serializer json_;  // escapes the strings (worker thread only)
         std::string line_;              // the line being formatted (worker thread only)

@@ -7,14 +7,17 @@
 #include <envoy/service/ratelimit/v3/rls.grpc.pb.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 namespace sluice::service {
@@ -24,6 +27,10 @@ namespace {
 namespace rls = envoy::service::ratelimit::v3;
 using response = rls::RateLimitResponse;
 using boost::asio::awaitable;
+
+// The largest call gRPC reads (it answers a larger one RESOURCE_EXHAUSTED itself): Envoy's
+// descriptors come from one request's headers, which Envoy bounds at 60 KiB by default.
+constexpr int max_call_bytes = 64 * 1024;
 
 // The most one call or descriptor may cost: a route's cost bound (config::detail::max_count).
 constexpr std::uint64_t max_cost = 1'000'000'000;
@@ -127,15 +134,63 @@ void add_fields(response& r, std::string_view lines) {
     }
 }
 
-// The answer to one call: both requests' decisions (either may be empty), as one.
-void answer(const config::config& cfg, const limit::descriptor_check& check, const limit::check_result& charged,
-            const limit::check_result& queried, response& out) {
-    const auto failed = [](const limit::check_result& r) { return r.state == limit::check_result::status::error; };
+using part = limit::descriptor_check::part;
+
+// The answers of a call's requests, by descriptor_check::index() (an empty request's: allowed),
+// and the requests as asked (a counted one with a receipt: give_back).
+struct answers {
+    std::array<limit::check_result, limit::descriptor_check::parts> of;
+    std::array<limit::check_request, limit::descriptor_check::parts> asked;
+    const limit::check_result& operator[](part p) const { return of[limit::descriptor_check::index(p)]; }
+};
+
+bool failed(const limit::check_result& r) { return r.state == limit::check_result::status::error; }
+
+// Whether a tier of key `key` refused in `d`.
+bool refused(const limit::decision& d, std::size_t key) {
+    return std::any_of(d.tiers.begin(), d.tiers.end(),
+                       [key](const limit::tier_result& t) { return t.key_index == key && !t.admitted; });
+}
+
+// Asks the store for each request of `check`: the enforced ones, then, only when they admit
+// the call, the shadow ones (a refused call consumes nothing anywhere).
+awaitable<answers> ask_all(server::worker& w, const limit::descriptor_check& check) {
+    answers out;
+    for (const part p : {part::charged, part::queried, part::shadow, part::shadow_queried}) {
+        if (limit::descriptor_check::is_shadow(p)) {
+            const auto& c = out[part::charged];
+            const auto& q = out[part::queried];
+            if (failed(c) || failed(q) || !c.verdict.allowed || !q.verdict.allowed) break;
+        }
+        if (check.request(p).keys.empty()) continue;
+        const auto i = limit::descriptor_check::index(p);
+        out.asked[i] = check.request(p);
+        // A counted request's receipt gives back a call answered too late.
+        out.asked[i].want_receipt = p == part::charged || p == part::shadow;
+        auto result = co_await ask(w, out.asked[i]);
+        out.of[i] = std::move(result);
+    }
+    co_return out;
+}
+
+// A shadow descriptor refused (its request asked and answered).
+bool shadow_refused(const answers& a, const limit::descriptor_check::slot& s) {
+    if (!limit::descriptor_check::is_shadow(s.in)) return false;
+    const auto& r = a[s.in];
+    return !failed(r) && refused(r.verdict, s.key);
+}
+
+// The answer to one call: the enforced requests' decisions (either may be empty), as one. A
+// shadow descriptor's status is OK without its limit: as a shadow policy's, invisible to clients.
+void answer(const config::config& cfg, const limit::descriptor_check& check, const answers& a, response& out) {
+    const auto& charged = a[part::charged];
+    const auto& queried = a[part::queried];
     if (failed(charged) || failed(queried)) {
         // The store could not answer: store.on_error as on the gateway path (local decided already).
         const bool deny = cfg.store.on_error == config::store_config::failure_mode::deny;
         out.set_overall_code(deny ? response::OVER_LIMIT : response::OK);
-        for (std::size_t i = 0; i < check.slots().size(); ++i) out.add_statuses()->set_code(out.overall_code());
+        for (const auto& s : check.slots())
+            out.add_statuses()->set_code(limit::descriptor_check::is_shadow(s.in) ? response::OK : out.overall_code());
         return;
     }
     limit::decision all;
@@ -147,11 +202,10 @@ void answer(const config::config& cfg, const limit::descriptor_check& check, con
     out.set_overall_code(all.allowed ? response::OK : response::OVER_LIMIT);
     for (const auto& s : check.slots()) {
         auto* st = out.add_statuses();
-        switch (s.in) {
-            case limit::descriptor_check::part::none: st->set_code(response::OK); break;
-            case limit::descriptor_check::part::charged: set_status(*st, charged.verdict, s.key); break;
-            case limit::descriptor_check::part::queried: set_status(*st, queried.verdict, s.key); break;
-        }
+        if (s.in == part::charged || s.in == part::queried)
+            set_status(*st, a[s.in].verdict, s.key);
+        else
+            st->set_code(response::OK);
     }
     std::string fields;
     limit::append_rate_limit_fields(fields, all, cfg.response.headers);
@@ -164,7 +218,7 @@ void answer(const config::config& cfg, const limit::descriptor_check& check, con
 
 // Each descriptor of an answered call, by its node's slot (unknown: the domain's, or that of
 // domains not configured).
-void count_descriptors(metrics::shard& m, const limit::descriptor_check& check, const response& out,
+void count_descriptors(metrics::shard& m, const limit::descriptor_check& check, const answers& a, const response& out,
                        const limit::descriptor_domain* d, std::size_t unknown_domain_slot) {
     for (std::size_t i = 0; i < check.slots().size(); ++i) {
         const auto* n = check.node(i);
@@ -172,33 +226,168 @@ void count_descriptors(metrics::shard& m, const limit::descriptor_check& check, 
             m.rls_decided(d ? d->unknown_slot : unknown_domain_slot, metrics::rls_descriptor::unknown);
             continue;
         }
-        const bool limited = i < static_cast<std::size_t>(out.statuses_size()) &&
-                             out.statuses(static_cast<int>(i)).code() == response::OVER_LIMIT;
-        m.rls_decided(n->metric_slot, limited ? metrics::rls_descriptor::limited : metrics::rls_descriptor::allowed);
+        auto result = metrics::rls_descriptor::allowed;
+        if (shadow_refused(a, check.slots()[i]))
+            result = metrics::rls_descriptor::shadow_limited;
+        else if (i < static_cast<std::size_t>(out.statuses_size()) &&
+                 out.statuses(static_cast<int>(i)).code() == response::OVER_LIMIT)
+            result = metrics::rls_descriptor::limited;
+        m.rls_decided(n->metric_slot, result);
     }
 }
 
-// Decides one call on worker `w`, its thread: the status to finish it with.
-awaitable<grpc::Status> decide(server::worker& w, call c) {
-    const auto snap = w.snap;
+// The enforced descriptors the store refused, into the worker's offenders (GET /top): kind
+// descriptor:<path>, labelled by the descriptor's values joined by '+', the domain as policy.
+// Each identifier once per call; shadow refusals are not recorded.
+void record_refusals(limit::offenders& o, const limit::descriptor_check& check, const answers& a,
+                     std::span<const limit::descriptor_ask> asks, const limit::descriptor_domain& d) {
+    constexpr std::size_t max_label = 128;  // then the other values are left out
+    std::vector<limit::descriptor_check::slot> seen;
+    std::int64_t now = -1;
+    for (std::size_t i = 0; i < check.slots().size(); ++i) {
+        const auto s = check.slots()[i];
+        const auto* n = check.node(i);
+        if (!n || (s.in != part::charged && s.in != part::queried)) continue;
+        const auto& r = a[s.in];
+        if (failed(r) || !refused(r.verdict, s.key)) continue;
+        if (std::any_of(seen.begin(), seen.end(), [&](const auto& x) { return x.in == s.in && x.key == s.key; }))
+            continue;
+        seen.push_back(s);
+        std::string label;
+        for (const auto& e : asks[i].entries) {
+            if (label.size() >= max_label) {
+                label += "+…";
+                break;
+            }
+            if (&e != asks[i].entries.data()) label += '+';
+            limit::append_label_value(label, e.value);
+        }
+        if (now < 0)
+            now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+        const auto& key = check.request(s.in).keys[s.key];
+        o.refused(now, n->metric_slot, d.name, key.kind, key.id, label);
+    }
+}
+
+// What decide() read of a call, kept for its access log line.
+struct call_state {
     std::vector<limit::descriptor_entry> entries;
     std::vector<limit::descriptor_ask> asks;
-    if (auto why = read_call(*c.request, entries, asks); !why.empty())
-        co_return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
     limit::descriptor_check check;
-    const auto* domain = limit::find_domain(snap->domains, c.request->domain());
-    if (auto why = check.prepare(w.hasher, domain, asks); !why.empty())
-        co_return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
-    // A call its client gave up on is not charged.
-    if (c.ctx->IsCancelled()) co_return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    bool prepared = false;  // check holds the call's requests
+};
+
+// The status of a call its client no longer waits for: its deadline passed, or it was
+// cancelled (gone, or the server shutting down); nullopt while it waits. `when`: where it was.
+std::optional<grpc::Status> given_up(const call& c, const char* when) {
     if (std::chrono::system_clock::now() >= c.ctx->deadline())
-        co_return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed before the call was decided");
-    limit::check_result charged, queried;
-    if (!check.charged().keys.empty()) charged = co_await ask(w, check.charged());
-    if (!check.queried().keys.empty()) queried = co_await ask(w, check.queried());
-    answer(*snap->cfg, check, charged, queried, *c.answer);
-    count_descriptors(w.metrics, check, *c.answer, domain, snap->unknown_domain_slot);
+        return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, std::string("the deadline passed ") + when);
+    if (c.ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    return std::nullopt;
+}
+
+// Gives back what the admission `charged` of `r` added (nothing when it admitted nothing).
+awaitable<void> give_back(server::worker& w, const limit::check_request& r, limit::check_result& charged) {
+    const bool admitted =
+        charged.state == limit::check_result::status::ok && charged.verdict.allowed && !charged.taken.at.empty();
+    if (!admitted) co_return;
+    const bool done = co_await w.store.take_back(r, std::move(charged.taken), r.cost);
+    w.metrics.rls_taken_back(done);
+    if (!done) {
+        w.metrics.store_failed();
+        // A store that fails fails every call: one line per worker every 10 s says it.
+        thread_local server::clock::time_point last{};
+        const auto now = server::clock::now();
+        if (last != server::clock::time_point{} && now - last < std::chrono::seconds(10)) co_return;
+        last = now;
+        spdlog::warn("a rate-limit call its client gave up on could not be given back in the store: it stays charged");
+    }
+}
+
+// Decides one call on worker `w`, its thread: the status to finish it with. A call its
+// client gave up on before its answer is ready is not charged: refused before the store is
+// asked, or its admission given back once the store answers.
+awaitable<grpc::Status> decide(server::worker& w, call c, call_state& st) {
+    const auto snap = w.snap;
+    if (auto why = read_call(*c.request, st.entries, st.asks); !why.empty())
+        co_return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
+    const auto* domain = limit::find_domain(snap->domains, c.request->domain());
+    if (auto why = st.check.prepare(w.hasher, domain, st.asks); !why.empty())
+        co_return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
+    st.prepared = true;
+    if (auto gone = given_up(c, "before the call was decided")) co_return *gone;
+    answers a = co_await ask_all(w, st.check);
+    if (auto gone = given_up(c, "while the store decided: nothing is charged")) {
+        for (const part p : {part::charged, part::shadow}) {
+            const auto i = limit::descriptor_check::index(p);
+            co_await give_back(w, a.asked[i], a.of[i]);
+        }
+        co_return *gone;
+    }
+    answer(*snap->cfg, st.check, a, *c.answer);
+    count_descriptors(w.metrics, st.check, a, *c.answer, domain, snap->unknown_domain_slot);
+    if (domain) record_refusals(w.refusals, st.check, a, st.asks, *domain);
     co_return grpc::Status::OK;
+}
+
+const char* status_name(grpc::StatusCode c) {
+    using enum grpc::StatusCode;
+    switch (c) {
+        case OK: return "OK";
+        case CANCELLED: return "CANCELLED";
+        case UNKNOWN: return "UNKNOWN";
+        case INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+        case DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+        case NOT_FOUND: return "NOT_FOUND";
+        case ALREADY_EXISTS: return "ALREADY_EXISTS";
+        case PERMISSION_DENIED: return "PERMISSION_DENIED";
+        case UNAUTHENTICATED: return "UNAUTHENTICATED";
+        case RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+        case FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+        case ABORTED: return "ABORTED";
+        case OUT_OF_RANGE: return "OUT_OF_RANGE";
+        case UNIMPLEMENTED: return "UNIMPLEMENTED";
+        case INTERNAL: return "INTERNAL";
+        case UNAVAILABLE: return "UNAVAILABLE";
+        case DATA_LOSS: return "DATA_LOSS";
+        default: return "UNKNOWN";
+    }
+}
+
+// The call's access log line: its descriptors (their keys, the node each matched, the
+// identifier's hash; values stay out), codes and duration.
+// `request` may hold only the first descriptors of the `count` the call had.
+void log_call(server::access_log::lane& log, const std::string& peer, const rls::RateLimitRequest& request,
+              std::size_t count, const call_state* st, const grpc::Status& s, const response& out, double seconds) {
+    server::rls_record r;
+    r.peer = peer;
+    r.domain = request.domain();
+    r.grpc_status = status_name(s.error_code());
+    if (s.ok()) r.code = response::Code_Name(out.overall_code());
+    r.descriptor_count = count;
+    r.total_us = static_cast<std::int64_t>(seconds * 1e6);
+    const auto n =
+        std::min({count, static_cast<std::size_t>(request.descriptors_size()), server::rls_record::max_descriptors});
+    r.descriptors.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        auto& d = r.descriptors[i];
+        for (const auto& e : request.descriptors(static_cast<int>(i)).entries()) {
+            if (d.keys.size() == server::rls_record::max_keys) break;
+            d.keys.push_back(e.key());
+        }
+        if (s.ok() && i < static_cast<std::size_t>(out.statuses_size()))
+            d.code = response::Code_Name(out.statuses(static_cast<int>(i)).code());
+        if (!st || !st->prepared) continue;
+        const auto* node = st->check.node(i);
+        if (!node) continue;
+        d.matched = identity::to_string(node->kind);
+        const auto& slot = st->check.slots()[i];
+        const auto& req = slot.in == limit::descriptor_check::part::charged ? st->check.charged() : st->check.queried();
+        if (slot.in != limit::descriptor_check::part::none && slot.key < req.keys.size())
+            d.id = identity::hasher::to_hex(req.keys[slot.key].id);
+    }
+    log.write(r);
 }
 
 metrics::rls_call ended(const grpc::Status& s, const response& r) {
@@ -208,6 +397,7 @@ metrics::rls_call ended(const grpc::Status& s, const response& r) {
         case grpc::StatusCode::INVALID_ARGUMENT: return metrics::rls_call::invalid_argument;
         case grpc::StatusCode::DEADLINE_EXCEEDED: return metrics::rls_call::deadline_exceeded;
         case grpc::StatusCode::CANCELLED: return metrics::rls_call::cancelled;
+        case grpc::StatusCode::RESOURCE_EXHAUSTED: return metrics::rls_call::resource_exhausted;
         default: return metrics::rls_call::internal;
     }
 }
@@ -216,40 +406,92 @@ metrics::rls_call ended(const grpc::Status& s, const response& r) {
 
 class rls_service final : public rls::RateLimitService::CallbackService {
 public:
-    explicit rls_service(std::vector<server::worker*> workers) : workers_(std::move(workers)) {}
+    rls_service(std::vector<server::worker*> workers, std::size_t max_calls)
+        : workers_(std::move(workers)), max_calls_(max_calls) {}
 
     grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* ctx, const rls::RateLimitRequest* request,
                                               response* answer) override {
         auto* reactor = ctx->DefaultReactor();
         const auto arrived = server::clock::now();
         server::worker& w = *workers_[next_.fetch_add(1, std::memory_order_relaxed) % workers_.size()];
-        boost::asio::post(w.ioc, [&w, c = call{ctx, request, answer}, reactor, arrived] {
-            boost::asio::co_spawn(
-                w.ioc, decide(w, c), [&w, c, reactor, arrived](const std::exception_ptr& e, grpc::Status s) {
-                    if (e) {
-                        base::log_exception("rate-limit call")(e);
-                        s = grpc::Status(grpc::StatusCode::INTERNAL, "internal error");
-                    }
-                    w.metrics.rls_called(ended(s, *c.answer),
-                                         std::chrono::duration<double>(server::clock::now() - arrived).count());
-                    reactor->Finish(s);
-                });
+        if (calls_.fetch_add(1, std::memory_order_relaxed) >= max_calls_) {
+            calls_.fetch_sub(1, std::memory_order_relaxed);
+            refuse(w, ctx, *request, reactor, arrived);
+            return reactor;
+        }
+        boost::asio::post(w.ioc, [this, &w, c = call{ctx, request, answer}, reactor, arrived] {
+            auto st = std::make_shared<call_state>();
+            boost::asio::co_spawn(w.ioc, decide(w, c, *st),
+                                  [this, &w, c, st, reactor, arrived](const std::exception_ptr& e, grpc::Status s) {
+                                      finish(w, c, *st, reactor, arrived, e, std::move(s));
+                                  });
         });
         return reactor;
     }
 
 private:
+    // A decided call: counted, logged, answered. Worker `w`'s thread.
+    void finish(server::worker& w, const call& c, const call_state& st, grpc::ServerUnaryReactor* reactor,
+                server::clock::time_point arrived, const std::exception_ptr& e, grpc::Status s) {
+        if (e) {
+            base::log_exception("rate-limit call")(e);
+            s = grpc::Status(grpc::StatusCode::INTERNAL, "internal error");
+        }
+        const double seconds = std::chrono::duration<double>(server::clock::now() - arrived).count();
+        w.metrics.rls_called(ended(s, *c.answer), seconds);
+        if (w.access) {
+            log_call(*w.access, c.ctx->peer(), *c.request, static_cast<std::size_t>(c.request->descriptors_size()), &st,
+                     s, *c.answer, seconds);
+        }
+        calls_.fetch_sub(1, std::memory_order_relaxed);
+        reactor->Finish(s);
+    }
+
+    // A call over service.max_concurrent_calls: answered at once from gRPC's thread, counted
+    // (and logged) by worker `w`.
+    void refuse(server::worker& w, grpc::CallbackServerContext* ctx, const rls::RateLimitRequest& request,
+                grpc::ServerUnaryReactor* reactor, server::clock::time_point arrived) {
+        const grpc::Status s(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                             "over service.max_concurrent_calls (" + std::to_string(max_calls_) + ") calls at once");
+        // What the line needs, copied: the call ends below. (w.access is set before gRPC starts.)
+        std::shared_ptr<rls::RateLimitRequest> logged;
+        std::string peer;
+        const auto count = static_cast<std::size_t>(request.descriptors_size());
+        if (w.access) {
+            logged = std::make_shared<rls::RateLimitRequest>();
+            logged->set_domain(request.domain().substr(0, server::rls_record::max_key_bytes));
+            const auto n = std::min(count, server::rls_record::max_descriptors);
+            for (std::size_t i = 0; i < n; ++i) {
+                auto* d = logged->add_descriptors();
+                for (const auto& e : request.descriptors(static_cast<int>(i)).entries()) {
+                    if (static_cast<std::size_t>(d->entries_size()) == server::rls_record::max_keys) break;
+                    d->add_entries()->set_key(e.key().substr(0, server::rls_record::max_key_bytes));
+                }
+            }
+            peer = ctx->peer();
+        }
+        boost::asio::post(w.ioc, [&w, s, logged, peer = std::move(peer), count, arrived] {
+            const double seconds = std::chrono::duration<double>(server::clock::now() - arrived).count();
+            w.metrics.rls_called(metrics::rls_call::resource_exhausted, seconds);
+            if (logged) log_call(*w.access, peer, *logged, count, nullptr, s, response{}, seconds);
+        });
+        reactor->Finish(s);
+    }
+
     std::vector<server::worker*> workers_;
+    const std::size_t max_calls_;
     std::atomic<std::size_t> next_{0};
+    std::atomic<std::size_t> calls_{0};  // being decided now
 };
 
 struct rls_server::impl {
-    explicit impl(std::vector<server::worker*> workers) : service(std::move(workers)) {}
+    impl(std::vector<server::worker*> workers, std::size_t max_calls) : service(std::move(workers), max_calls) {}
     rls_service service;
     std::unique_ptr<grpc::Server> server;
 };
 
-rls_server::rls_server(std::vector<server::worker*> workers) : impl_(std::make_unique<impl>(std::move(workers))) {}
+rls_server::rls_server(std::vector<server::worker*> workers, std::size_t max_calls)
+    : impl_(std::make_unique<impl>(std::move(workers), max_calls)) {}
 
 rls_server::~rls_server() { stop(config::duration(0)); }
 
@@ -261,6 +503,7 @@ std::string rls_server::start(const config::address& at) {
     b.AddListeningPort(at.to_string(), grpc::InsecureServerCredentials(), &port);
     // grpc++ sets SO_REUSEPORT by default: a second process would share the port unseen.
     b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    b.SetMaxReceiveMessageSize(max_call_bytes);
     b.RegisterService(&impl_->service);
     impl_->server = b.BuildAndStart();
     if (!impl_->server || port == 0)

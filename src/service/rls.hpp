@@ -19,8 +19,8 @@ namespace sluice::service {
 
 class rls_server {
 public:
-    // The workers outlive the server (stop() first).
-    explicit rls_server(std::vector<server::worker*> workers);
+    // The workers outlive the server (stop() first). `max_calls`: service.max_concurrent_calls.
+    rls_server(std::vector<server::worker*> workers, std::size_t max_calls);
     ~rls_server();
     rls_server(const rls_server&) = delete;
     rls_server& operator=(const rls_server&) = delete;

@@ -97,6 +97,7 @@ TEST_CASE("restart_only_keys: the keys a reload keeps, declared by the schema") 
                                             "store.fleet_size",
                                             "store.hash_secret_env",
                                             "service.grpc_listen",
+                                            "service.max_concurrent_calls",
                                             "service.http_listen"};
     CHECK(restart_only_names() == expected);
     const auto keys = cfg::schema_keys();

@@ -50,11 +50,12 @@ std::string header(const rls_response& r, const std::string& name) {
 
 // A gateway (and its test upstream) with the rate-limit service on a kernel-chosen port.
 struct rls_gateway {
-    explicit rls_gateway(const std::string& service_yaml, const std::string& store_yaml = "") {
+    explicit rls_gateway(const std::string& service_yaml, const std::string& store_yaml = "",
+                         const yaml_overrides& overrides = {}) {
         up = start_upstream();
         gw = start_gateway(
-            gateway_yaml(up->port, {}, store_yaml + "service:\n  grpc_listen: \"127.0.0.1:0\"\n" + service_yaml), {},
-            {{"SLUICE_HASH_SECRET", "rls-secret"}});
+            gateway_yaml(up->port, overrides, store_yaml + "service:\n  grpc_listen: \"127.0.0.1:0\"\n" + service_yaml),
+            {}, {{"SLUICE_HASH_SECRET", "rls-secret"}});
         const auto m = gw->proc->wait_for_line(R"(rate-limit service \(gRPC\) listening on 127\.0\.0\.1:(\d+))");
         port = static_cast<std::uint16_t>(std::stoi(m[1]));
         stub = rls::RateLimitService::NewStub(
@@ -375,4 +376,343 @@ TEST_CASE("rls: a reload applies service.domains, and a tier that keeps its id k
     // One of the two counted before the reload: one more passes.
     CHECK(g.ask(roomy).overall_code() == rls_response::OK);
     CHECK(g.ask(roomy).overall_code() == rls_response::OVER_LIMIT);
+}
+
+namespace {
+
+// `trial` and `audit` in shadow mode beside the enforced `tight`.
+const std::string shadow_domains = R"(  domains:
+    api:
+      descriptors:
+        - { key: tight, tiers: [ {limit: 1, per: 1m, algorithm: log} ] }
+        - { key: roomy, tiers: [ {limit: 5, per: 1m, algorithm: log} ] }
+        - { key: trial, shadow_mode: true, tiers: [ {limit: 2, per: 1m, algorithm: log} ] }
+)";
+
+double descriptors_total(const rls_gateway& g, const std::string& domain, const std::string& kind,
+                         const std::string& result) {
+    return metric_value(fetch(g.gw->admin_port, "GET", "/metrics").body, "sluice_rls_descriptors_total{domain=\"" +
+                                                                             domain + "\",descriptor=\"" + kind +
+                                                                             "\",result=\"" + result + "\"}");
+}
+
+// A shadow descriptor over its limit: OK, its status without a limit, no field for it, and
+// counted shadow_limited; the same checks on any store and from either config format.
+void shadow_over_its_limit(const rls_gateway& g, const std::string& domain,
+                           const std::pair<std::string, std::string>& entry, const std::string& kind, int limit) {
+    const auto one = request(domain, {{{entry}}});
+    for (int i = 0; i < limit + 3; ++i) {
+        const auto r = g.ask(one);
+        CHECK(r.overall_code() == rls_response::OK);
+        REQUIRE(r.statuses_size() == 1);
+        CHECK(r.statuses(0).code() == rls_response::OK);
+        CHECK(!r.statuses(0).has_current_limit());
+        CHECK(r.response_headers_to_add_size() == 0);
+    }
+    CHECK(descriptors_total(g, domain, kind, "allowed") == limit);
+    CHECK(descriptors_total(g, domain, kind, "shadow_limited") == 3);
+    CHECK(descriptors_total(g, domain, kind, "limited") == 0);
+}
+
+// A call under way on the client's own threads; wait() for its status.
+struct pending_call {
+    pending_call(rls::RateLimitService::Stub& stub, const rls::RateLimitRequest& r, milliseconds deadline) {
+        ctx.set_deadline(system_clock::now() + deadline);
+        stub.async()->ShouldRateLimit(&ctx, &r, &out, [this](grpc::Status s) {
+            std::lock_guard lock(mu);
+            status = std::move(s);
+            done = true;
+            cv.notify_one();
+        });
+    }
+    ~pending_call() { wait(30s); }  // gRPC holds ctx and out until the callback ran
+    bool wait(milliseconds limit) {
+        std::unique_lock lock(mu);
+        return cv.wait_for(lock, limit, [&] { return done; });
+    }
+    grpc::ClientContext ctx;
+    rls_response out;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    grpc::Status status;
+};
+
+std::string redis_store(std::uint16_t port) {
+    return "store:\n  type: redis\n  on_error: deny\n  redis: { nodes: [\"127.0.0.1:" + std::to_string(port) +
+           "\"], timeout: 5s }\n";
+}
+
+// Redis runs no script (the gateway's checks) until resume_redis(). (WRITE: CLIENT UNPAUSE
+// itself would wait out an ALL pause.)
+void stall_redis(std::uint16_t port) {
+    CHECK(run({"redis-cli", "-p", std::to_string(port), "CLIENT", "PAUSE", "10000", "WRITE"}, 10s).find("OK") !=
+          std::string::npos);
+}
+void resume_redis(std::uint16_t port) {
+    CHECK(run({"redis-cli", "-p", std::to_string(port), "CLIENT", "UNPAUSE"}, 10s).find("OK") != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("rls: a shadow descriptor over its limit is OK, its refusals counted as shadow_limited (memory)") {
+    rls_gateway g(shadow_domains);
+    shadow_over_its_limit(g, "api", {"trial", "s"}, "descriptor:trial", 2);
+    // Beside an enforced descriptor that admits: the call is OK, the enforced one's fields alone.
+    const auto both = g.ask(request("api", {{{{"roomy", "r"}}}, {{{"trial", "s"}}}}));
+    CHECK(both.overall_code() == rls_response::OK);
+    REQUIRE(both.statuses_size() == 2);
+    CHECK(both.statuses(0).current_limit().requests_per_unit() == 5);
+    CHECK(both.statuses(1).code() == rls_response::OK);
+    CHECK(!both.statuses(1).has_current_limit());
+    CHECK(header(both, "RateLimit-Policy").find(";q=5;") != std::string::npos);
+    CHECK(header(both, "RateLimit-Policy").find(";q=2;") == std::string::npos);
+    CHECK(descriptors_total(g, "api", "descriptor:trial", "shadow_limited") == 4);
+}
+
+TEST_CASE("rls: a call an enforced descriptor refuses charges nothing on its shadow descriptors") {
+    rls_gateway g(shadow_domains);
+    const auto both = request("api", {{{{"tight", "t"}}}, {{{"trial", "u"}}}});
+    CHECK(g.ask(both).overall_code() == rls_response::OK);  // tight 1/1, trial 1/2
+    for (int i = 0; i < 3; ++i) {
+        const auto r = g.ask(both);
+        CHECK(r.overall_code() == rls_response::OVER_LIMIT);
+        REQUIRE(r.statuses_size() == 2);
+        CHECK(r.statuses(0).code() == rls_response::OVER_LIMIT);
+        CHECK(r.statuses(1).code() == rls_response::OK);
+    }
+    // trial counted the first call only: one more passes, the next is shadow-limited.
+    const auto trial = request("api", {{{{"trial", "u"}}}});
+    g.ask(trial);
+    CHECK(descriptors_total(g, "api", "descriptor:trial", "shadow_limited") == 0);
+    g.ask(trial);
+    CHECK(descriptors_total(g, "api", "descriptor:trial", "shadow_limited") == 1);
+    CHECK(descriptors_total(g, "api", "descriptor:tight", "limited") == 3);
+}
+
+TEST_CASE("rls: shadow_mode: true of an envoyproxy/ratelimit file loads and behaves as service.domains' own") {
+    const std::string dir = make_temp_dir();
+    const std::string file = dir + "/legacy.yaml";
+    // A day: its window, aligned to Unix time, does not turn over within the test (but at midnight UTC).
+    write_file(file, R"(domain: legacy
+descriptors:
+  - key: generic_key
+    value: trial
+    shadow_mode: true
+    rate_limit: { unit: day, requests_per_unit: 2 }
+  - key: generic_key
+    value: enforced
+    rate_limit: { unit: day, requests_per_unit: 1 }
+)");
+    rls_gateway g("  ratelimit_config_files: [ \"" + file + "\" ]\n");
+    shadow_over_its_limit(g, "legacy", {"generic_key", "trial"}, "descriptor:generic_key=trial", 2);
+    const auto enforced = request("legacy", {{{{"generic_key", "enforced"}}}});
+    CHECK(g.ask(enforced).overall_code() == rls_response::OK);
+    CHECK(g.ask(enforced).overall_code() == rls_response::OVER_LIMIT);
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("rls: GET /top lists the descriptors refused, by kind, value and domain, and not the shadow ones") {
+    rls_gateway g(shadow_domains);
+    const auto tight = request("api", {{{{"tight", "tenant/7"}}}});
+    CHECK(g.ask(tight).overall_code() == rls_response::OK);
+    for (int i = 0; i < 4; ++i) CHECK(g.ask(tight).overall_code() == rls_response::OVER_LIMIT);
+    for (int i = 0; i < 4; ++i)
+        CHECK(g.ask(request("api", {{{{"trial", "shadowed"}}}})).overall_code() == rls_response::OK);
+    // A value past the label's bound is cut.
+    const auto long_value = request("api", {{{{"tight", std::string(300, 'v')}}}});
+    CHECK(g.ask(long_value).overall_code() == rls_response::OK);
+    CHECK(g.ask(long_value).overall_code() == rls_response::OVER_LIMIT);
+
+    const auto top = boost::json::parse(fetch(g.gw->admin_port, "GET", "/top").body).as_object();
+    CHECK(top.at("limited_identities").to_number<int>() == 2);
+    const auto& list = top.at("offenders").as_array();
+    REQUIRE(list.size() == 2);
+    const auto& first = list[0].as_object();
+    CHECK(first.at("identity").as_string() == "tenant%2F7");
+    CHECK(first.at("kind").as_string() == "descriptor:tight");
+    CHECK(first.at("policy").as_string() == "api");
+    CHECK(first.at("refusals").to_number<int>() == 4);
+    const auto& second = list[1].as_object();
+    CHECK(second.at("refusals").to_number<int>() == 1);
+    CHECK(second.at("identity").as_string().size() < 100);
+    CHECK(second.at("identity").as_string().starts_with(std::string(64, 'v')));
+}
+
+TEST_CASE(
+    "rls: on Redis, a refused descriptor is answered from the deny cache, never past its limit, and "
+    "shadow as on memory") {
+    redis_server redis(unused_port());
+    const std::string store =
+        "store:\n  type: redis\n  on_error: deny\n  redis: { nodes: [\"127.0.0.1:" + std::to_string(redis.port) +
+        "\"], timeout: 2s }\n";
+    rls_gateway g(shadow_domains, store);
+    const auto roomy = request("api", {{{{"roomy", "cached"}}}});
+    int admitted = 0;
+    for (int i = 0; i < 20; ++i)
+        if (g.ask(roomy).overall_code() == rls_response::OK) ++admitted;
+    CHECK(admitted == 5);
+    // Each worker (2) asks Redis once for the first denial, then answers from its cache.
+    const auto hits =
+        metric_value(fetch(g.gw->admin_port, "GET", "/metrics").body, "sluice_redis_deny_cache_hits_total");
+    CHECK(hits >= 13);
+    CHECK(hits <= 15);
+    // A refusal from the cache is the same answer: OVER_LIMIT with the wait.
+    const auto over = g.ask(roomy);
+    CHECK(over.overall_code() == rls_response::OVER_LIMIT);
+    CHECK(over.statuses(0).limit_remaining() == 0);
+    CHECK(over.statuses(0).duration_until_reset().seconds() > 50);
+    CHECK(!header(over, "Retry-After").empty());
+
+    shadow_over_its_limit(g, "api", {"trial", "s"}, "descriptor:trial", 2);
+}
+
+TEST_CASE("rls: a call whose deadline passes while Redis decides is not charged: its admission is given back") {
+    redis_server redis(unused_port());
+    rls_gateway g(api_domains, redis_store(redis.port));
+    CHECK(g.ask(request("api", {{{{"roomy", "warm"}}}})).overall_code() == rls_response::OK);  // the script is loaded
+    const auto roomy = request("api", {{{{"roomy", "late"}}}});
+
+    stall_redis(redis.port);
+    rls_response out;
+    const auto sent = steady_clock::now();
+    const auto s = g.call(roomy, out, 200ms);
+    CHECK(s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+    CHECK(steady_clock::now() - sent < 5s);  // the client's deadline, not Redis' stall, ended it
+    resume_redis(redis.port);
+
+    // Once Redis answers (the admission), the gateway gives it back and ends the call.
+    const auto admin = g.gw->admin_port;
+    CHECK(eventually_metric(admin, R"(sluice_rls_calls_total{code="deadline_exceeded"})", 1) == 1);
+    const auto text = fetch(admin, "GET", "/metrics").body;
+    CHECK(metric_value(text, R"(sluice_rls_taken_back_total{result="done"})") == 1);
+    CHECK(metric_value(text, R"(sluice_rls_taken_back_total{result="failed"})") == 0);
+    // A call its client cancels while Redis decides: CANCELLED, and given back too.
+    const auto checks = [&] { return metric_value(fetch(admin, "GET", "/metrics").body, "sluice_redis_checks_total"); };
+    const double before = checks();
+    stall_redis(redis.port);
+    {
+        pending_call cancelled(*g.stub, roomy, 20s);
+        CHECK(eventually([&] { return checks() >= before + 1; }));  // with Redis
+        cancelled.ctx.TryCancel();
+        REQUIRE(cancelled.wait(5s));
+        CHECK(cancelled.status.error_code() == grpc::StatusCode::CANCELLED);
+    }
+    resume_redis(redis.port);
+    CHECK(eventually_metric(admin, R"(sluice_rls_calls_total{code="cancelled"})", 1) == 1);
+    CHECK(eventually_metric(admin, R"(sluice_rls_taken_back_total{result="done"})", 2) == 2);
+    // Nothing of the late calls is left: exactly the full limit (5) passes.
+    for (int i = 0; i < 5; ++i) {
+        const auto r = g.ask(roomy);
+        CHECK(r.overall_code() == rls_response::OK);
+        CHECK(r.statuses(0).limit_remaining() == static_cast<std::uint32_t>(4 - i));
+    }
+    CHECK(g.ask(roomy).overall_code() == rls_response::OVER_LIMIT);
+}
+
+TEST_CASE("rls: over service.max_concurrent_calls a call is RESOURCE_EXHAUSTED at once, and so is a huge one") {
+    redis_server redis(unused_port());
+    rls_gateway g(api_domains + "  max_concurrent_calls: 2\n", redis_store(redis.port));
+    CHECK(g.ask(request("api", {{{{"roomy", "warm"}}}})).overall_code() == rls_response::OK);
+    const auto admin = g.gw->admin_port;
+    const auto checks = [&] { return metric_value(fetch(admin, "GET", "/metrics").body, "sluice_redis_checks_total"); };
+    const double before = checks();
+
+    stall_redis(redis.port);
+    const auto roomy = request("api", {{{{"roomy", "busy"}}}});
+    pending_call first(*g.stub, roomy, 20s), second(*g.stub, roomy, 20s);
+    // Both are with the store (sent to Redis, which holds them).
+    CHECK(eventually([&] { return checks() >= before + 2; }));
+    rls_response out;
+    const auto sent = steady_clock::now();
+    const auto s = g.call(roomy, out, 10s);
+    CHECK(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    CHECK(steady_clock::now() - sent < 2s);  // at once, not after Redis
+    CHECK_FALSE(first.wait(0ms));
+    resume_redis(redis.port);
+
+    REQUIRE(first.wait(15s));
+    REQUIRE(second.wait(15s));
+    CHECK(first.status.ok());
+    CHECK(second.status.ok());
+    CHECK(first.out.overall_code() == rls_response::OK);
+    CHECK(second.out.overall_code() == rls_response::OK);
+    CHECK(eventually_metric(admin, R"(sluice_rls_calls_total{code="resource_exhausted"})", 1) == 1);
+    // The refused call counted nothing: 5 - 2 left.
+    CHECK(g.ask(request("api", {descriptor{{{"roomy", "busy"}}, 0}})).statuses(0).limit_remaining() == 3);
+
+    // gRPC itself refuses a call larger than 64 KiB.
+    const auto huge = request("api", {{{{"roomy", std::string(70 * 1024, 'x')}}}});
+    CHECK(g.call(huge, out).error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+TEST_CASE("rls: each call is one access log line: domain, descriptors' keys, matched path and hashed id, codes") {
+    const auto dir = make_temp_dir();
+    const std::string log_path = dir + "/access.log";
+    rls_gateway g(api_domains, "", {{"log.access.path", "\"" + log_path + "\""}});
+    const auto login = request("api", {{{{"path", "/login"}, {"remote_address", "10.9.9.9"}}}, {{{"nobody", "x"}}}});
+    CHECK(g.ask(login).overall_code() == rls_response::OK);
+    CHECK(g.ask(login).overall_code() == rls_response::OK);
+    CHECK(g.ask(login).overall_code() == rls_response::OVER_LIMIT);
+    rls_response out;
+    CHECK(g.call(request("", {{{{"tight", "q\"\n"}}}}), out).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+
+    std::vector<boost::json::object> lines;
+    CHECK(eventually([&] {  // written by the access log's own thread, within about a second
+        lines.clear();
+        std::istringstream in(read_file(log_path));
+        for (std::string line; std::getline(in, line);)
+            if (!line.empty() && line.back() == '}') lines.push_back(boost::json::parse(line).as_object());
+        return lines.size() >= 4;
+    }));
+    REQUIRE(lines.size() == 4);
+    int over = 0, ok = 0, invalid = 0;
+    std::string id;
+    for (const auto& l : lines) {
+        CHECK(l.at("rls").as_bool());
+        CHECK(std::regex_match(std::string(l.at("peer").as_string()), std::regex(R"(ipv4:127\.0\.0\.1:\d+)")));
+        CHECK(std::regex_match(std::string(l.at("time").as_string()),
+                               std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)")));
+        CHECK(l.at("total_us").to_number<std::int64_t>() >= 0);
+        const auto status = std::string(l.at("grpc_status").as_string());
+        if (status == "INVALID_ARGUMENT") {
+            ++invalid;
+            CHECK(l.at("domain").as_string() == "");
+            CHECK_FALSE(l.contains("code"));
+            const auto& d = l.at("descriptors").as_array().at(0).as_object();
+            CHECK(d.at("keys").as_array() == boost::json::array{"tight"});
+            CHECK_FALSE(d.contains("id"));
+            continue;
+        }
+        REQUIRE(status == "OK");
+        CHECK(l.at("domain").as_string() == "api");
+        CHECK(l.at("descriptor_count").to_number<int>() == 2);
+        const auto& ds = l.at("descriptors").as_array();
+        REQUIRE(ds.size() == 2);
+        const auto& login_d = ds[0].as_object();
+        CHECK(login_d.at("keys").as_array() == boost::json::array{"path", "remote_address"});
+        CHECK(login_d.at("matched").as_string() == "descriptor:path=%2Flogin/remote_address");
+        const auto this_id = std::string(login_d.at("id").as_string());
+        CHECK(std::regex_match(this_id, std::regex("[0-9a-f]{32}")));
+        if (id.empty()) id = this_id;
+        CHECK(this_id == id);
+        const auto& nobody = ds[1].as_object();
+        CHECK(nobody.at("keys").as_array() == boost::json::array{"nobody"});
+        CHECK_FALSE(nobody.contains("matched"));
+        CHECK_FALSE(nobody.contains("id"));
+        CHECK(nobody.at("code").as_string() == "OK");
+        if (l.at("code").as_string() == "OVER_LIMIT") {
+            ++over;
+            CHECK(login_d.at("code").as_string() == "OVER_LIMIT");
+        } else {
+            ++ok;
+            CHECK(l.at("code").as_string() == "OK");
+            CHECK(login_d.at("code").as_string() == "OK");
+        }
+    }
+    CHECK(ok == 2);
+    CHECK(over == 1);
+    CHECK(invalid == 1);
+    CHECK(read_file(log_path).find("10.9.9.9") == std::string::npos);  // values are identifiers: hashed only
+    std::filesystem::remove_all(dir);
 }

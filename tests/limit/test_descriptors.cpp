@@ -4,6 +4,9 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -113,4 +116,75 @@ TEST_CASE("descriptors: cost 0 is a query beside the counted ones, and other cos
 
     const std::vector<limit::descriptor_ask> empty{{{}, 1}};
     CHECK(check.prepare(h, api, empty) == "descriptors[0] has no entries");
+}
+
+TEST_CASE(
+    "descriptors: shadow_mode, from service.domains or a ratelimit file, puts a node's descriptors in the "
+    "shadow requests") {
+    const auto dir =
+        std::filesystem::temp_directory_path() /
+        ("sluice-descriptors-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+    std::filesystem::create_directories(dir);
+    const auto file = (dir / "legacy.yaml").string();
+    {
+        std::ofstream out(file);
+        out << "domain: legacy\ndescriptors:\n"
+               "  - { key: trial, shadow_mode: true, rate_limit: { unit: day, requests_per_unit: 2 } }\n"
+               "  - { key: plain, shadow_mode: false, rate_limit: { unit: day, requests_per_unit: 2 } }\n"
+               "  - { key: outer, shadow_mode: true, descriptors: [ { key: inner, rate_limit: { unit: hour, "
+               "requests_per_unit: 1 } } ] }\n";
+    }
+    const std::string text = R"(
+upstream: { url: "http://127.0.0.1:3000" }
+service:
+  ratelimit_config_files: [ ")" +
+                             file + R"(" ]
+  domains:
+    api:
+      descriptors:
+        - { key: enforced, tiers: [ {limit: 1, per: 1m} ] }
+        - key: trial
+          shadow_mode: true
+          tiers: [ {limit: 2, per: 1m} ]
+          descriptors: [ { key: inner, tiers: [ {limit: 3, per: 1m} ] } ]
+)";
+    const auto cfg = config::load_string(text, "test.yaml");
+    std::filesystem::remove_all(dir);
+    const auto domains = limit::compile_domains(cfg->service);
+    const auto* api = limit::find_domain(domains, "api");
+    const auto* legacy = limit::find_domain(domains, "legacy");
+    REQUIRE(api != nullptr);
+    REQUIRE(legacy != nullptr);
+
+    const std::vector<limit::descriptor_entry> trial{{"trial", "x"}}, enforced{{"enforced", "x"}};
+    const std::vector<limit::descriptor_entry> inner{{"trial", "x"}, {"inner", "y"}};
+    REQUIRE(limit::match(*api, trial) != nullptr);
+    CHECK(limit::match(*api, trial)->shadow);
+    CHECK(!limit::match(*api, enforced)->shadow);
+    CHECK(!limit::match(*api, inner)->shadow);  // not inherited
+    const std::vector<limit::descriptor_entry> file_trial{{"trial", "x"}}, file_plain{{"plain", "x"}};
+    const std::vector<limit::descriptor_entry> file_inner{{"outer", "x"}, {"inner", "y"}};
+    CHECK(limit::match(*legacy, file_trial)->shadow);
+    CHECK(!limit::match(*legacy, file_plain)->shadow);
+    CHECK(!limit::match(*legacy, file_inner)->shadow);
+
+    const identity::hasher h("secret");
+    using part = limit::descriptor_check::part;
+    limit::descriptor_check check;
+    const std::vector<limit::descriptor_ask> asks{{enforced, 2}, {trial, 2}, {inner, 2}, {trial, 0}};
+    REQUIRE(check.prepare(h, api, asks) == "");
+    CHECK(check.slots()[0].in == part::charged);
+    CHECK(check.slots()[1].in == part::shadow);
+    CHECK(check.slots()[2].in == part::charged);
+    CHECK(check.slots()[3].in == part::shadow_queried);
+    CHECK(check.charged().keys.size() == 2);
+    CHECK(check.request(part::shadow).keys.size() == 1);
+    CHECK(check.request(part::shadow).cost == 2);
+    CHECK(!check.request(part::shadow).query);
+    CHECK(check.request(part::shadow_queried).query);
+    CHECK(check.request(part::shadow_queried).cost == 0);
+    CHECK(check.queried().keys.empty());
+    // One cost for every descriptor that counts, shadow ones included.
+    const std::vector<limit::descriptor_ask> costs{{enforced, 1}, {trial, 2}};
+    CHECK(check.prepare(h, api, costs).find("differ") != std::string::npos);
 }

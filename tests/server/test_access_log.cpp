@@ -112,3 +112,43 @@ TEST_CASE("access log: a path that cannot be opened is refused, naming it") {
     CHECK_THROWS_WITH_AS(access_log("/nonexistent-dir/x.log", 1), doctest::Contains("/nonexistent-dir/x.log"),
                          std::system_error);
 }
+
+TEST_CASE("access log: a rate-limit call's line is bounded: 16 descriptors, 16 keys, keys cut at 64 bytes") {
+    using sluice::server::rls_record;
+    temp_dir dir;
+    const auto file = dir.path / "rls.log";
+    const std::string long_key = std::string(63, 'k') + "\xc3\xa9" + "tail";  // é straddles byte 64
+    {
+        access_log log(file.string(), 1);
+        rls_record r;
+        r.peer = "ipv4:127.0.0.1:5000";
+        r.domain = "api\"\n";
+        r.grpc_status = "OK";
+        r.code = "OK";
+        r.descriptor_count = 20;
+        r.descriptors.resize(20);
+        for (auto& d : r.descriptors) d.keys.assign(20, "key");
+        r.descriptors[0].keys[0] = long_key;
+        r.descriptors[0].matched = "descriptor:key";
+        r.descriptors[0].id = "00ff";
+        r.descriptors[0].code = "OVER_LIMIT";
+        log.lane_of(0).write(r);
+    }
+    const auto lines = read_lines(file);
+    REQUIRE(lines.size() == 1);
+    const auto& l = lines[0];
+    CHECK(l.at("rls").as_bool());
+    CHECK(l.at("domain").as_string() == "api\"\n");
+    CHECK(l.at("descriptor_count").as_int64() == 20);
+    const auto& ds = l.at("descriptors").as_array();
+    REQUIRE(ds.size() == 16);
+    const auto& first = ds[0].as_object();
+    REQUIRE(first.at("keys").as_array().size() == 16);
+    CHECK(first.at("keys").as_array()[0].as_string() == std::string(63, 'k'));  // not half of é
+    CHECK(first.at("matched").as_string() == "descriptor:key");
+    CHECK(first.at("id").as_string() == "00ff");
+    CHECK(first.at("code").as_string() == "OVER_LIMIT");
+    CHECK_FALSE(ds[1].as_object().contains("matched"));
+    CHECK(l.at("code").as_string() == "OK");
+    CHECK(l.at("grpc_status").as_string() == "OK");
+}
