@@ -9,4 +9,5 @@ bash scripts/build.sh "$kind"
 dir=build; [ "$kind" = asan ] && dir=build-asan
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-ctest --test-dir "$dir" --output-on-failure -j "$(nproc)" --timeout 300
+# Twice as many tests as cores: most of them wait (on sockets, child processes, Redis), not compute.
+ctest --test-dir "$dir" --output-on-failure -j "$(( 2 * $(nproc) ))" --timeout 300
