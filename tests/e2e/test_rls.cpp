@@ -827,3 +827,24 @@ TEST_CASE("rls: tiers: plan with policy: an Envoy call and a proxied request dra
     // The descriptor identifier of its own (api_key) is another count.
     CHECK(g.ask(key_call("acme-key-one-0001")).overall_code() == rls_response::OK);
 }
+
+TEST_CASE("rls: tiers: plan reads the registry in force: a reload that adds a key or moves a user applies") {
+    const auto dir = make_temp_dir();
+    rls_gateway g(plan_domains, plan_config(dir, true, ""));
+    CHECK(g.ask(key_call("initech-key-0004")).overall_code() == rls_response::OVER_LIMIT);  // unknown
+    CHECK(calls_ok(g, key_call("acme-key-one-0001")) == 4);                                 // pro
+    // initech joins on pro, acme moves to free (whose counts start at zero).
+    write_file(
+        dir + "/keys.yaml",
+        "- { sha256: 744bebc72d973d7477c95aaa76043fc3c7cac21de46335ae24b862412b93a144, user: acme, plan: free }\n"
+        "- { sha256: dea5b0c18b4aa52ffa932c2c8db93fc457afa52312448b170969f43cd064d6a9, user: initech, plan: "
+        "pro }\n");
+    REQUIRE(fetch(g.gw->admin_port, "POST", "/reload").status == 200);
+    CHECK(calls_ok(g, key_call("initech-key-0004")) == 4);
+    const auto acme = g.ask(key_call("acme-key-one-0001"));
+    CHECK(acme.overall_code() == rls_response::OK);
+    CHECK(acme.statuses(0).current_limit().requests_per_unit() == 2);
+    CHECK(calls_ok(g, key_call("acme-key-one-0001")) == 1);
+    // acme's second key left the registry.
+    CHECK(g.ask(key_call("acme-key-two-0002")).overall_code() == rls_response::OVER_LIMIT);
+}
