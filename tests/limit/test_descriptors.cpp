@@ -345,4 +345,25 @@ TEST_CASE("descriptors: tiers: plan needs plans and a key registry, and policy: 
     CHECK(error(head + "service:\n  domains:\n    rls:\n      descriptors:\n        - { key: k, policy: api, tiers: "
                        "[ {limit: 1, per: 1m} ] }\n")
               .find("this entry has no tiers: plan") != std::string::npos);
+    // policy: with plans and a registry, it must name a policy with `user: plan` that counts as a descriptor does.
+    const auto dir =
+        std::filesystem::temp_directory_path() /
+        ("sluice-plan-errors-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+    std::filesystem::create_directories(dir);
+    const auto keys = (dir / "keys.yaml").string();
+    {
+        std::ofstream out(keys);
+        out << "- { sha256: 744bebc72d973d7477c95aaa76043fc3c7cac21de46335ae24b862412b93a144, user: acme }\n";
+    }
+    const std::string with_registry = head + "clients: { user: { api_key_header: X-API-Key, api_keys: { file: \"" +
+                                      keys + "\" } } }\n" + plans +
+                                      "policies:\n  fixed: { user: [ {limit: 1, per: 1m} ] }\n"
+                                      "  penalty: { user: plan, count_rejected: true }\n";
+    const auto line = [&](const std::string& policy) {
+        return with_registry + domain + ", policy: " + policy + " }\n";
+    };
+    CHECK(error(line("nope")) == "t.yaml:11:42: service.domains.rls.descriptors[0].policy: no policy named \"nope\"");
+    CHECK(error(line("fixed")).find("policy fixed has no `user: plan`") != std::string::npos);
+    CHECK(error(line("penalty")).find("counts refused requests (count_rejected)") != std::string::npos);
+    std::filesystem::remove_all(dir);
 }
