@@ -809,9 +809,12 @@ TEST_CASE("rls: tiers: plan without require_known: an unknown key is its own ide
     CHECK(calls_ok(g, key_call("acme-key-one-0001")) == 4);  // pro
 }
 
-TEST_CASE("rls: tiers: plan with policy: an Envoy call and a proxied request draw on one user quota") {
+namespace {
+
+// `store`: the store section ("" for memory).
+void one_user_quota(const std::string& store) {
     const auto dir = make_temp_dir();
-    rls_gateway g(plan_domains, plan_config(dir, true, ""));
+    rls_gateway g(plan_domains, store + plan_config(dir, true, ""));
     const auto proxied = [&](const std::string& key) {
         return fetch(g.gw->port, "GET", "/", {{"X-API-Key", key}}).status;
     };
@@ -826,6 +829,17 @@ TEST_CASE("rls: tiers: plan with policy: an Envoy call and a proxied request dra
     CHECK(g.ask(key_call("acme-key-one-0001", "shared_key")).overall_code() == rls_response::OVER_LIMIT);
     // The descriptor identifier of its own (api_key) is another count.
     CHECK(g.ask(key_call("acme-key-one-0001")).overall_code() == rls_response::OK);
+}
+
+}  // namespace
+
+TEST_CASE("rls: tiers: plan with policy: an Envoy call and a proxied request draw on one user quota (memory)") {
+    one_user_quota("");
+}
+
+TEST_CASE("rls: tiers: plan with policy: an Envoy call and a proxied request draw on one user quota (Redis)") {
+    redis_server redis(unused_port());
+    one_user_quota(redis_store(redis.port));
 }
 
 TEST_CASE("rls: tiers: plan reads the registry in force: a reload that adds a key or moves a user applies") {
