@@ -463,6 +463,15 @@ struct descriptor_config {
     std::vector<descriptor_config> descriptors;  // the entries that may follow this one
     bool shadow = false;                         // shadow_mode: its tiers counted, never refusing the call
     std::string at;                              // "FILE:LINE:COLUMN: service.domains.api.descriptors[0]"
+    // `tiers: plan`: the value is an API key of clients.user.api_keys, limited by its user's
+    // plan (plans.<plan>.user); `tiers` is then empty.
+    bool by_plan = false;
+    std::string by_plan_at;  // where `tiers: plan` was written
+    std::string kind;        // its kind's text, "descriptor:<path>" (set by the reader)
+    // `policy`: with tiers: plan, the policy (with `user: plan`) whose user identifier and plan
+    // tiers the descriptor shares with the gateway path; "" = a descriptor identifier of its own.
+    std::string policy;
+    std::string policy_at;
 
     bool operator==(const descriptor_config&) const = default;
 };

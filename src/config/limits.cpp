@@ -349,7 +349,38 @@ void read_plans(const node_ref& n, std::vector<plan_config>& out) {
     });
 }
 
+namespace {
+
+// Entries with `tiers: plan` (service.domains): the registry and plans they read must exist.
+void check_plan_descriptors(const config& c, const std::vector<descriptor_config>& list) {
+    for (const auto& d : list) {
+        check_plan_descriptors(c, d.descriptors);
+        if (!d.by_plan) continue;
+        if (c.plans.empty()) throw config_error(d.by_plan_at + ": tiers: plan needs plans (plans.<name>.user)");
+        if (!c.clients.api_keys)
+            throw config_error(d.by_plan_at + ": tiers: plan needs a key registry (clients.user.api_keys)");
+        for (const auto& plan : c.plans) {
+            for (const auto& t : plan.user) {
+                if (t.algo == algorithm::concurrency)
+                    throw config_error(d.by_plan_at + ": tiers: plan: plans." + plan.name +
+                                       " has a concurrency tier, and a descriptor holds no request in flight");
+            }
+        }
+        if (d.policy.empty()) continue;
+        const auto* p = c.find_policy(d.policy);
+        if (p == nullptr) throw config_error(d.policy_at + ": no policy named \"" + d.policy + "\"");
+        if (!p->user_by_plan)
+            throw config_error(d.policy_at + ": policy " + d.policy + " has no `user: plan` whose tiers to share");
+        if (p->count_rejected)
+            throw config_error(d.policy_at + ": policy " + d.policy +
+                               " counts refused requests (count_rejected), which a descriptor does not");
+    }
+}
+
+}  // namespace
+
 void check_plans(const config& c) {
+    for (const auto& d : c.service.domains) check_plan_descriptors(c, d.descriptors);
     const auto known = [&](const std::string& name, const std::string& at) {
         if (!name.empty() && c.find_plan(name) == nullptr) throw config_error(at + ": no plan named \"" + name + "\"");
     };

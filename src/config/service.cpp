@@ -81,9 +81,19 @@ void read_descriptors(const node_ref& n, const std::string& parent, std::vector<
                                value_field(d),
                                {"tiers",
                                 [&](const node_ref& v) {
+                                    if (v.node().IsScalar() && v.node().Scalar() == "plan") {
+                                        d.by_plan = true;
+                                        d.by_plan_at = v.where();
+                                        return;
+                                    }
                                     // Its kind, the path, is known once the key is read.
                                     d.tiers = read_tier_list(v, "descriptor");
                                     tiers_at = v;
+                                }},
+                               {"policy",
+                                [&](const node_ref& v) {
+                                    d.policy = read_string(v);
+                                    d.policy_at = v.where();
                                 }},
                                {"descriptors", [&](const node_ref& v) { nested_at = v; }},
                                {"shadow_mode",
@@ -93,6 +103,7 @@ void read_descriptors(const node_ref& n, const std::string& parent, std::vector<
                                 }},
                            });
         const std::string kind = kind_text(parent, d);
+        d.kind = kind;
         for (auto& t : d.tiers) t.kind = kind;
         for (std::size_t i = 0; i < d.tiers.size(); ++i) {
             if (d.tiers[i].algo == algorithm::concurrency)
@@ -102,10 +113,12 @@ void read_descriptors(const node_ref& n, const std::string& parent, std::vector<
         // Nested entries take the same keys: described once.
         if (nested_at && !item.describing()) read_descriptors(*nested_at, kind, d.descriptors);
         if (item.describing()) return;
-        if (d.tiers.empty() && d.descriptors.empty())
+        if (d.tiers.empty() && !d.by_plan && d.descriptors.empty())
             item.fail("expected tiers, or descriptors that follow this entry (a non-empty list)");
+        if (!d.policy.empty() && !d.by_plan)
+            item.fail("policy: names the policy whose plan tiers `tiers: plan` shares; this entry has no tiers: plan");
         // Not inherited by the entries that follow: each names its own.
-        if (d.shadow && d.tiers.empty())
+        if (d.shadow && d.tiers.empty() && !d.by_plan)
             shadow_at->fail("shadow_mode: true needs tiers on this entry (it applies to its own tiers only)");
         check_unique(item, out, d);
         out.push_back(std::move(d));

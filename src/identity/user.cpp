@@ -46,6 +46,35 @@ user_resolver::user_resolver(const config::clients_config& c, const std::functio
     }
 }
 
+user_result user_resolver::resolve_key(std::string_view key) const {
+    user_result r;
+    if (key.empty()) {
+        if (require_known_) {
+            r.status = user_result::status::invalid;
+            r.reason = missing_key;
+        }
+        return r;
+    }
+    if (!registry_.empty() || require_known_) {
+        if (auto it = registry_.find(sha256_of(key)); it != registry_.end()) {
+            r.status = user_result::status::ok;
+            r.id.reserve(5 + it->second.user.size());
+            r.id.append("user:").append(it->second.user);
+            r.plan = it->second.plan;
+            return r;
+        }
+        if (require_known_) {
+            r.status = user_result::status::invalid;
+            r.reason = unknown_key;
+            return r;
+        }
+    }
+    r.status = user_result::status::ok;
+    r.id.reserve(4 + key.size());
+    r.id.append("key:").append(key);
+    return r;
+}
+
 user_result user_resolver::resolve(std::string_view api_key_value, std::optional<std::string_view> jwt_header_value,
                                    std::int64_t now_unix_seconds, std::string_view certificate,
                                    std::span<const std::string> claims) const {
@@ -58,25 +87,8 @@ user_result user_resolver::resolve(std::string_view api_key_value, std::optional
         if (v.status == jwt_verifier::result::status::ok) r.claims = std::move(v.claims);
     };
     if (!api_key_header_.empty() && !api_key_value.empty()) {
-        if (!registry_.empty() || require_known_) {
-            if (auto it = registry_.find(sha256_of(api_key_value)); it != registry_.end()) {
-                r.status = user_result::status::ok;
-                r.id.reserve(5 + it->second.user.size());
-                r.id.append("user:").append(it->second.user);
-                r.plan = it->second.plan;
-                token_claims();
-                return r;
-            }
-            if (require_known_) {
-                r.status = user_result::status::invalid;
-                r.reason = unknown_key;
-                return r;
-            }
-        }
-        r.status = user_result::status::ok;
-        r.id.reserve(4 + api_key_value.size());
-        r.id.append("key:").append(api_key_value);
-        token_claims();
+        r = resolve_key(api_key_value);
+        if (r.status == user_result::status::ok) token_claims();
         return r;
     }
     if (jwt_ && jwt_header_value) {

@@ -56,6 +56,12 @@ public:
                         std::optional<std::string_view> jwt_header_value, std::int64_t now_unix_seconds,
                         std::string_view certificate = {}, std::span<const std::string> claims = {}) const;
 
+    // An API key alone, looked up as resolve() looks up the key header's value (Envoy's
+    // descriptors with `tiers: plan`): ok with "user:<name>" and the entry's plan, or
+    // "key:<key>" when the registry does not require known keys; invalid for an unknown key
+    // with require_known; an empty key is none, or invalid with require_known.
+    user_result resolve_key(std::string_view key) const;
+
     const std::string& api_key_header() const { return api_key_header_; }  // "" = not configured
     const std::string* jwt_header() const { return jwt_ ? &jwt_header_ : nullptr; }
 

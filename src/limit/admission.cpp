@@ -26,12 +26,6 @@ const char* to_string(decision_kind d) {
     return "";
 }
 
-namespace {
-
-constexpr std::size_t no_key = static_cast<std::size_t>(-1);
-
-// The user as the operator may see it: an API key is a credential, so only the last four
-// characters of one of 16 or more are shown.
 void append_user_label(std::string& out, std::string_view user) {
     if (!user.starts_with("key:")) {
         out.append(user);
@@ -40,6 +34,10 @@ void append_user_label(std::string& out, std::string_view user) {
     out += "key:…";
     if (user.size() >= 4 + 16) out.append(user.substr(user.size() - 4));
 }
+
+namespace {
+
+constexpr std::size_t no_key = static_cast<std::size_t>(-1);
 
 std::optional<std::string_view> value_at(const std::vector<std::optional<std::string>>& values, std::size_t i) {
     if (i >= values.size() || !values[i]) return std::nullopt;

@@ -44,6 +44,10 @@ enum class decision_kind {
 
 const char* to_string(decision_kind d);
 
+// The user as the operator may see it (GET /top): an API key is a credential, so of "key:<key>"
+// only the last four characters of a key of 16 or more are shown.
+void append_user_label(std::string& out, std::string_view user);
+
 struct outcome {
     // missing: a value the policy requires is missing (400; on_missing: refuse); ambiguous: a
     // value the policy limits by is given twice, differently (400); blocked: by the operator

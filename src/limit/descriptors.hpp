@@ -12,6 +12,15 @@
 // is the descriptor's entry values (config::kind_spec::hash_input), keyed-hashed as every
 // identifier.
 //
+// A node with `tiers: plan` takes the descriptor's value as an API key, looked up in the key
+// registry as the gateway looks up its API key header (identity::user_resolver::resolve_key):
+// the identifier is the user ("user:<name>", or "key:<key>" when the registry does not require
+// known keys), limited by its plan's user tiers (the entry's plan, else
+// clients.user.default_plan). Naming a policy with `user: plan`, it is the gateway's own user
+// identifier with that policy's plan tiers (one quota whichever path asks); else an identifier
+// of the node's kind, tier ids "<domain>@<plan>/descriptor:<path>/...". A key the registry
+// refuses, or a user without a plan the config has, is refused before the store is asked.
+//
 // Thread: compiled domains are immutable and shared; a descriptor_check is one call's, on
 // its worker's thread.
 #pragma once
@@ -19,8 +28,10 @@
 #include "config/config.hpp"
 #include "identity/hasher.hpp"
 #include "identity/kind.hpp"
+#include "identity/user.hpp"
 #include "limit/admission.hpp"
 #include "limit/decide.hpp"
+#include "limit/policy.hpp"
 #include "limit/store.hpp"
 
 #include <array>
@@ -40,6 +51,13 @@ struct descriptor_node {
     std::vector<descriptor_node> children;
     bool shadow = false;          // its tiers are counted, its refusals never refuse the call
     std::size_t metric_slot = 0;  // with tiers: metrics::registry::slot("descriptor", ...), set by the snapshot
+    // tiers: plan (`tiers` empty): each plan's tiers, and the kind of the identifier (user when
+    // shared with a policy, else `kind`).
+    bool by_plan = false;
+    std::vector<plan_tiers> plans;
+    identity::kind user_kind = identity::kind::ip;
+
+    bool limited() const { return !tiers.empty() || by_plan; }
 };
 
 struct descriptor_domain {
@@ -49,7 +67,8 @@ struct descriptor_domain {
 };
 
 // Every domain of `c`, in file order; tier ids "<domain>/<kind>/...", as a policy's.
-std::vector<descriptor_domain> compile_domains(const config::service_config& c);
+// `policies`: compile_policies(c), whose plan tiers a node with `tiers: plan` and `policy` shares.
+std::vector<descriptor_domain> compile_domains(const config::config& c, std::span<const policy> policies);
 const descriptor_domain* find_domain(std::span<const descriptor_domain> domains, std::string_view name);
 
 struct descriptor_entry {
@@ -66,8 +85,16 @@ struct descriptor_ask {
     std::int64_t cost = 1;
 };
 
+// What `tiers: plan` reads: the snapshot's key registry and clients.user.default_plan.
+struct key_registry {
+    const identity::user_resolver* users = nullptr;
+    std::string_view default_plan;
+};
+
 class descriptor_check {
 public:
+    // Why a descriptor of a `tiers: plan` node was refused before the store was asked.
+    enum class refusal { none, unknown_key, no_plan };
     // Where a descriptor's answer is: in the charged request, the queried one (cost 0), their
     // shadow counterparts (nodes in shadow mode: asked only when the call is admitted, never
     // refusing it), or none (no domain, no matching node, or a node without tiers: allowed,
@@ -77,6 +104,7 @@ public:
     struct slot {
         part in = part::none;
         std::size_t key = 0;  // its identifier's index in that request's keys
+        refusal refused = refusal::none;
     };
 
     // Builds the requests for `asks` in domain `d` (null: an unknown domain). "" when the
@@ -84,7 +112,7 @@ public:
     // request carries, a descriptor without entries, or counted descriptors of different
     // costs (one request has one cost: they could not be committed together).
     std::string prepare(const identity::hasher& hasher, const descriptor_domain* d,
-                        std::span<const descriptor_ask> asks);
+                        std::span<const descriptor_ask> asks, const key_registry& registry = {});
 
     // The request of part `p` (not none); empty keys when no descriptor is in it. The queried
     // ones (cost 0) ask without writing.
@@ -95,21 +123,29 @@ public:
     std::span<const slot> slots() const { return slots_; }
     // The matched node of descriptor i (null: not limited).
     const descriptor_node* node(std::size_t i) const { return nodes_[i]; }
+    // Descriptor i of a `tiers: plan` node: its user ("user:<name>", "key:<key>"), else "".
+    const std::string& user(std::size_t i) const { return users_[i]; }
+    // A descriptor not in shadow mode was refused by the key registry or for its plan: the
+    // call is refused and the store is not asked.
+    bool refused() const { return refused_; }
 
     static std::size_t index(part p) { return static_cast<std::size_t>(p) - 1; }
     static bool is_shadow(part p) { return p == part::shadow || p == part::shadow_queried; }
 
 private:
-    // Adds (or finds) the identifier of `n` for `entries` to part p's keys; its index, or npos
-    // when full.
-    std::size_t add_key(const identity::hasher& hasher, const descriptor_node& n,
-                        std::span<const descriptor_entry> entries, std::size_t p);
+    // Adds (or finds) identifier `id` of `kind` with `tiers` to part p's keys; its index, or
+    // npos when full.
+    std::size_t add_key(identity::kind kind, const digest& id, std::span<const tier> tiers, std::size_t p);
+    // The identifier of plain node `n` for `entries`.
+    digest id_of(const identity::hasher& hasher, const descriptor_node& n, std::span<const descriptor_entry> entries);
 
     std::array<std::array<store_key, max_request_keys>, parts> keys_;
     std::array<std::size_t, parts> counts_{};
     std::array<check_request, parts> requests_;
     std::vector<slot> slots_;
     std::vector<const descriptor_node*> nodes_;
+    std::vector<std::string> users_;
+    bool refused_ = false;
     std::string input_;
 };
 

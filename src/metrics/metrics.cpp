@@ -102,6 +102,8 @@ const char* to_string(rls_descriptor d) {
         case rls_descriptor::limited: return "limited";
         case rls_descriptor::shadow_limited: return "shadow_limited";
         case rls_descriptor::unknown: return "unknown";
+        case rls_descriptor::unknown_key: return "unknown_key";
+        case rls_descriptor::no_plan: return "no_plan";
         case rls_descriptor::count_: break;
     }
     return "unknown";

@@ -77,7 +77,9 @@ enum class rls_call : std::size_t {
 };
 const char* to_string(rls_call c);
 // What became of one descriptor of a call (unknown: no tiers matched it; allowed, not limited).
-enum class rls_descriptor : std::size_t { allowed, limited, shadow_limited, unknown, count_ };
+// unknown_key, no_plan: a `tiers: plan` descriptor the key registry refused, or whose user has
+// no plan the config has (OVER_LIMIT without a limit; OK in shadow mode).
+enum class rls_descriptor : std::size_t { allowed, limited, shadow_limited, unknown, unknown_key, no_plan, count_ };
 const char* to_string(rls_descriptor d);
 
 // Routes and policies are named by slots handed out by registry::slot(); names beyond

@@ -10,7 +10,7 @@ namespace {
 // Each limited node's metric slot: "<domain>\t<kind>".
 void assign_slots(metrics::registry& m, const std::string& domain, std::vector<limit::descriptor_node>& nodes) {
     for (auto& n : nodes) {
-        if (!n.tiers.empty()) n.metric_slot = m.slot("descriptor", domain + '\t' + identity::to_string(n.kind));
+        if (n.limited()) n.metric_slot = m.slot("descriptor", domain + '\t' + identity::to_string(n.kind));
         assign_slots(m, domain, n.children);
     }
 }
@@ -35,7 +35,7 @@ snapshot::snapshot(std::shared_ptr<const config::config> c, metrics::registry& m
       check_slot(cfg->service.http_listen ? m.slot("route", "(check)") : unmatched_slot),
       generation(next_generation()),
       pools(std::move(p)),
-      domains(limit::compile_domains(cfg->service)) {
+      domains(limit::compile_domains(*cfg, policies)) {
     const auto* fallback = cfg->find_upstream("");
     default_pool = fallback ? static_cast<std::size_t>(fallback - cfg->upstreams.data()) : cfg->upstreams.size();
     for (const auto& u : cfg->upstreams) {

@@ -156,6 +156,7 @@ bool refused(const limit::decision& d, std::size_t key) {
 // the call, the shadow ones (a refused call consumes nothing anywhere).
 awaitable<answers> ask_all(server::worker& w, const limit::descriptor_check& check) {
     answers out;
+    if (check.refused()) co_return out;  // by the key registry: nothing is asked
     for (const part p : {part::charged, part::queried, part::shadow, part::shadow_queried}) {
         if (limit::descriptor_check::is_shadow(p)) {
             const auto& c = out[part::charged];
@@ -185,6 +186,17 @@ bool shadow_refused(const answers& a, const limit::descriptor_check::slot& s) {
 void answer(const config::config& cfg, const limit::descriptor_check& check, const answers& a, response& out) {
     const auto& charged = a[part::charged];
     const auto& queried = a[part::queried];
+    if (check.refused()) {
+        // No tier decided: OVER_LIMIT without a limit for the refused descriptors, OK (not
+        // asked, nothing charged) for the others.
+        out.set_overall_code(response::OVER_LIMIT);
+        for (std::size_t i = 0; i < check.slots().size(); ++i) {
+            const bool refused =
+                check.slots()[i].refused != limit::descriptor_check::refusal::none && !check.node(i)->shadow;
+            out.add_statuses()->set_code(refused ? response::OVER_LIMIT : response::OK);
+        }
+        return;
+    }
     if (failed(charged) || failed(queried)) {
         // The store could not answer: store.on_error as on the gateway path (local decided already).
         const bool deny = cfg.store.on_error == config::store_config::failure_mode::deny;
@@ -227,7 +239,12 @@ void count_descriptors(metrics::shard& m, const limit::descriptor_check& check, 
             continue;
         }
         auto result = metrics::rls_descriptor::allowed;
-        if (shadow_refused(a, check.slots()[i]))
+        const auto why = check.slots()[i].refused;
+        if (why == limit::descriptor_check::refusal::unknown_key)
+            result = metrics::rls_descriptor::unknown_key;
+        else if (why == limit::descriptor_check::refusal::no_plan)
+            result = metrics::rls_descriptor::no_plan;
+        else if (shadow_refused(a, check.slots()[i]))
             result = metrics::rls_descriptor::shadow_limited;
         else if (i < static_cast<std::size_t>(out.statuses_size()) &&
                  out.statuses(static_cast<int>(i)).code() == response::OVER_LIMIT)
@@ -254,12 +271,15 @@ void record_refusals(limit::offenders& o, const limit::descriptor_check& check, 
             continue;
         seen.push_back(s);
         std::string label;
-        for (const auto& e : asks[i].entries) {
+        // An API key is a credential: its user names it.
+        if (n->by_plan) limit::append_user_label(label, check.user(i));
+        const auto entries = n->by_plan ? std::span<const limit::descriptor_entry>() : asks[i].entries;
+        for (const auto& e : entries) {
             if (label.size() >= max_label) {
                 label += "+…";
                 break;
             }
-            if (&e != asks[i].entries.data()) label += '+';
+            if (&e != entries.data()) label += '+';
             limit::append_label_value(label, e.value);
         }
         if (now < 0)
@@ -313,7 +333,9 @@ awaitable<grpc::Status> decide(server::worker& w, call c, call_state& st) {
     if (auto why = read_call(*c.request, st.entries, st.asks); !why.empty())
         co_return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
     const auto* domain = limit::find_domain(snap->domains, c.request->domain());
-    if (auto why = st.check.prepare(w.hasher, domain, st.asks); !why.empty())
+    const limit::key_registry registry{snap->clients.users ? &*snap->clients.users : nullptr,
+                                       snap->cfg->clients.default_plan};
+    if (auto why = st.check.prepare(w.hasher, domain, st.asks, registry); !why.empty())
         co_return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
     st.prepared = true;
     if (auto gone = given_up(c, "before the call was decided")) co_return *gone;

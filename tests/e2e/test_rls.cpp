@@ -716,3 +716,149 @@ TEST_CASE("rls: each call is one access log line: domain, descriptors' keys, mat
     CHECK(read_file(log_path).find("10.9.9.9") == std::string::npos);  // values are identifiers: hashed only
     std::filesystem::remove_all(dir);
 }
+
+namespace {
+
+// tiers: plan: the descriptor's value is an API key of the registry; acme (two keys) is on
+// pro, globex names no plan. Domain rls: api_key (identifiers of its own), shared_key (policy
+// api's user identifier, which the gateway's route / limits too).
+std::string plan_config(const std::string& dir, bool require_known, const std::string& default_plan) {
+    write_file(dir + "/keys.yaml",
+               "- { sha256: 744bebc72d973d7477c95aaa76043fc3c7cac21de46335ae24b862412b93a144, user: acme, plan: pro }\n"
+               "- { sha256: 3e845533f90d500e6492856aa33dbc3f5893a399b177753cb310cbc21c652746, user: acme, plan: pro }\n"
+               "- { sha256: 958a120c2df0fd2f9babe1b06ea3f39c5886326a181d9def6b01441172d7d136, user: globex }\n");
+    return "clients:\n  user:\n    api_key_header: X-API-Key\n    api_keys: { file: \"" + dir +
+           "/keys.yaml\", require_known: " + (require_known ? "true" : "false") + " }\n" +
+           (default_plan.empty() ? "" : "    default_plan: " + default_plan + "\n") + R"(plans:
+  free: { user: [ {limit: 2, per: 1m, algorithm: log} ] }
+  pro:  { user: [ {limit: 4, per: 1m, algorithm: log} ] }
+policies:
+  api: { user: plan }
+routes:
+  - { match: { path_prefix: / }, policy: api }
+)";
+}
+
+const std::string plan_domains = R"(  domains:
+    rls:
+      descriptors:
+        - { key: api_key, tiers: plan }
+        - { key: shared_key, tiers: plan, policy: api }
+        - { key: tight, tiers: [ {limit: 1, per: 1m, algorithm: log} ] }
+)";
+
+rls::RateLimitRequest key_call(const std::string& key, const std::string& entry = "api_key") {
+    return request("rls", {{{{entry, key}}}});
+}
+
+// How many calls in a row are OK (stops at `most`).
+int calls_ok(const rls_gateway& g, const rls::RateLimitRequest& r, int most = 10) {
+    for (int i = 0; i < most; ++i)
+        if (g.ask(r).overall_code() != rls_response::OK) return i;
+    return most;
+}
+
+}  // namespace
+
+TEST_CASE("rls: tiers: plan limits an API key by its registry user's plan, unknown keys and no plan are OVER_LIMIT") {
+    const auto dir = make_temp_dir();
+    rls_gateway g(plan_domains, plan_config(dir, true, ""));
+
+    // acme's two keys draw on one count of pro's 4.
+    const auto first = g.ask(key_call("acme-key-one-0001"));
+    REQUIRE(first.statuses_size() == 1);
+    CHECK(first.statuses(0).code() == rls_response::OK);
+    CHECK(first.statuses(0).current_limit().requests_per_unit() == 4);
+    CHECK(first.statuses(0).current_limit().name() == "pro-descriptor:api_key-1m");
+    CHECK(first.statuses(0).limit_remaining() == 3);
+    CHECK(g.ask(key_call("acme-key-two-0002")).statuses(0).limit_remaining() == 2);
+    CHECK(calls_ok(g, key_call("acme-key-one-0001")) == 2);
+    const auto over = g.ask(key_call("acme-key-two-0002"));
+    CHECK(over.overall_code() == rls_response::OVER_LIMIT);
+    CHECK(over.statuses(0).current_limit().requests_per_unit() == 4);
+
+    // An unknown key (require_known): OVER_LIMIT without a limit, and the call charges nothing.
+    const auto unknown = g.ask(request("rls", {{{{"api_key", "stranger-key"}}}, {{{"tight", "t"}}}}));
+    CHECK(unknown.overall_code() == rls_response::OVER_LIMIT);
+    REQUIRE(unknown.statuses_size() == 2);
+    CHECK(unknown.statuses(0).code() == rls_response::OVER_LIMIT);
+    CHECK(!unknown.statuses(0).has_current_limit());
+    CHECK(unknown.statuses(1).code() == rls_response::OK);
+    CHECK(calls_ok(g, request("rls", {{{{"tight", "t"}}}})) == 1);          // tight's one call is still there
+    CHECK(g.ask(key_call("")).overall_code() == rls_response::OVER_LIMIT);  // no key: required
+
+    // globex names no plan and there is no default_plan: refused as the gateway's 403.
+    const auto globex = g.ask(key_call("globex-key-0003"));
+    CHECK(globex.overall_code() == rls_response::OVER_LIMIT);
+    CHECK(!globex.statuses(0).has_current_limit());
+
+    const auto text = fetch(g.gw->admin_port, "GET", "/metrics").body;
+    const std::string d = R"(sluice_rls_descriptors_total{domain="rls",descriptor="descriptor:api_key",result=")";
+    CHECK(metric_value(text, d + R"(allowed"})") == 4);
+    CHECK(metric_value(text, d + R"(limited"})") == 2);  // calls_ok ends on one
+    CHECK(metric_value(text, d + R"(unknown_key"})") == 2);
+    CHECK(metric_value(text, d + R"(no_plan"})") == 1);
+}
+
+TEST_CASE("rls: tiers: plan without require_known: an unknown key is its own identity on default_plan") {
+    const auto dir = make_temp_dir();
+    rls_gateway g(plan_domains, plan_config(dir, false, "free"));
+    CHECK(calls_ok(g, key_call("stranger-key-a")) == 2);     // free: 2
+    CHECK(calls_ok(g, key_call("stranger-key-b")) == 2);     // another key, another count
+    CHECK(calls_ok(g, key_call("globex-key-0003")) == 2);    // a known user without a plan: default_plan
+    CHECK(calls_ok(g, key_call("acme-key-one-0001")) == 4);  // pro
+}
+
+namespace {
+
+// `store`: the store section ("" for memory).
+void one_user_quota(const std::string& store) {
+    const auto dir = make_temp_dir();
+    rls_gateway g(plan_domains, store + plan_config(dir, true, ""));
+    const auto proxied = [&](const std::string& key) {
+        return fetch(g.gw->port, "GET", "/", {{"X-API-Key", key}}).status;
+    };
+    CHECK(proxied("acme-key-one-0001") == 200);
+    CHECK(proxied("acme-key-two-0002") == 200);
+    const auto r = g.ask(key_call("acme-key-one-0001", "shared_key"));
+    CHECK(r.overall_code() == rls_response::OK);
+    CHECK(r.statuses(0).limit_remaining() == 1);  // pro's 4, two taken by the gateway
+    CHECK(r.statuses(0).current_limit().name() == "pro-user-1m");
+    CHECK(g.ask(key_call("acme-key-two-0002", "shared_key")).overall_code() == rls_response::OK);
+    CHECK(proxied("acme-key-one-0001") == 429);
+    CHECK(g.ask(key_call("acme-key-one-0001", "shared_key")).overall_code() == rls_response::OVER_LIMIT);
+    // The descriptor identifier of its own (api_key) is another count.
+    CHECK(g.ask(key_call("acme-key-one-0001")).overall_code() == rls_response::OK);
+}
+
+}  // namespace
+
+TEST_CASE("rls: tiers: plan with policy: an Envoy call and a proxied request draw on one user quota (memory)") {
+    one_user_quota("");
+}
+
+TEST_CASE("rls: tiers: plan with policy: an Envoy call and a proxied request draw on one user quota (Redis)") {
+    redis_server redis(unused_port());
+    one_user_quota(redis_store(redis.port));
+}
+
+TEST_CASE("rls: tiers: plan reads the registry in force: a reload that adds a key or moves a user applies") {
+    const auto dir = make_temp_dir();
+    rls_gateway g(plan_domains, plan_config(dir, true, ""));
+    CHECK(g.ask(key_call("initech-key-0004")).overall_code() == rls_response::OVER_LIMIT);  // unknown
+    CHECK(calls_ok(g, key_call("acme-key-one-0001")) == 4);                                 // pro
+    // initech joins on pro, acme moves to free (whose counts start at zero).
+    write_file(
+        dir + "/keys.yaml",
+        "- { sha256: 744bebc72d973d7477c95aaa76043fc3c7cac21de46335ae24b862412b93a144, user: acme, plan: free }\n"
+        "- { sha256: dea5b0c18b4aa52ffa932c2c8db93fc457afa52312448b170969f43cd064d6a9, user: initech, plan: "
+        "pro }\n");
+    REQUIRE(fetch(g.gw->admin_port, "POST", "/reload").status == 200);
+    CHECK(calls_ok(g, key_call("initech-key-0004")) == 4);
+    const auto acme = g.ask(key_call("acme-key-one-0001"));
+    CHECK(acme.overall_code() == rls_response::OK);
+    CHECK(acme.statuses(0).current_limit().requests_per_unit() == 2);
+    CHECK(calls_ok(g, key_call("acme-key-one-0001")) == 1);
+    // acme's second key left the registry.
+    CHECK(g.ask(key_call("acme-key-two-0002")).overall_code() == rls_response::OVER_LIMIT);
+}

@@ -31,7 +31,9 @@ service:
 )";
 
 struct compiled {
-    compiled() : cfg(config::load_string(yaml, "test.yaml")), domains(limit::compile_domains(cfg->service)) {}
+    compiled()
+        : cfg(config::load_string(yaml, "test.yaml")),
+          domains(limit::compile_domains(*cfg, limit::compile_policies(*cfg))) {}
     std::shared_ptr<const config::config> cfg;
     std::vector<limit::descriptor_domain> domains;
 };
@@ -150,7 +152,7 @@ service:
 )";
     const auto cfg = config::load_string(text, "test.yaml");
     std::filesystem::remove_all(dir);
-    const auto domains = limit::compile_domains(cfg->service);
+    const auto domains = limit::compile_domains(*cfg, limit::compile_policies(*cfg));
     const auto* api = limit::find_domain(domains, "api");
     const auto* legacy = limit::find_domain(domains, "legacy");
     REQUIRE(api != nullptr);
@@ -187,4 +189,181 @@ service:
     // One cost for every descriptor that counts, shadow ones included.
     const std::vector<limit::descriptor_ask> costs{{enforced, 1}, {trial, 2}};
     CHECK(check.prepare(h, api, costs).find("differ") != std::string::npos);
+}
+
+namespace {
+
+// A config whose domain `rls` has `tiers: plan` nodes (one of its own, one sharing policy
+// api's), and a registry: acme on pro, globex without a plan, initech on a plan the config lacks
+// is refused by the config, so initech names none and default_plan is unset.
+struct plan_config {
+    explicit plan_config(const std::string& default_plan = "") {
+        dir =
+            std::filesystem::temp_directory_path() /
+            ("sluice-plan-descriptors-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+        std::filesystem::create_directories(dir);
+        const auto keys = (dir / "keys.yaml").string();
+        {
+            std::ofstream out(keys);
+            out << "- { sha256: 744bebc72d973d7477c95aaa76043fc3c7cac21de46335ae24b862412b93a144, user: acme, plan: "
+                   "pro }\n"
+                   "- { sha256: 3e845533f90d500e6492856aa33dbc3f5893a399b177753cb310cbc21c652746, user: acme, plan: "
+                   "pro }\n"
+                   "- { sha256: 958a120c2df0fd2f9babe1b06ea3f39c5886326a181d9def6b01441172d7d136, user: globex }\n";
+        }
+        const std::string text = R"(
+upstream: { url: "http://127.0.0.1:3000" }
+clients:
+  user:
+    api_key_header: X-API-Key
+    api_keys: { file: ")" + keys +
+                                 R"(", require_known: true }
+)" + (default_plan.empty() ? "" : "    default_plan: " + default_plan + "\n") +
+                                 R"(plans:
+  free: { user: [ {limit: 2, per: 1m, algorithm: log} ] }
+  pro:  { user: [ {limit: 4, per: 1m, algorithm: log} ] }
+policies:
+  api: { user: plan }
+service:
+  domains:
+    rls:
+      descriptors:
+        - { key: api_key, tiers: plan }
+        - { key: shared_key, tiers: plan, policy: api }
+)";
+        cfg = config::load_string(text, "test.yaml");
+        policies = limit::compile_policies(*cfg);
+        domains = limit::compile_domains(*cfg, policies);
+        users.emplace(cfg->clients);
+    }
+    ~plan_config() { std::filesystem::remove_all(dir); }
+    limit::key_registry registry() const { return {&*users, cfg->clients.default_plan}; }
+
+    std::filesystem::path dir;
+    std::shared_ptr<const config::config> cfg;
+    std::vector<limit::policy> policies;
+    std::vector<limit::descriptor_domain> domains;
+    std::optional<identity::user_resolver> users;
+};
+
+}  // namespace
+
+TEST_CASE("descriptors: tiers: plan limits a key's registry user by its plan, its own or a policy's identifier") {
+    plan_config c;
+    const auto* rls = limit::find_domain(c.domains, "rls");
+    REQUIRE(rls != nullptr);
+    const std::vector<limit::descriptor_entry> one{{"api_key", "acme-key-one-0001"}};
+    const std::vector<limit::descriptor_entry> two{{"api_key", "acme-key-two-0002"}};
+    const auto* n = limit::match(*rls, one);
+    REQUIRE(n != nullptr);
+    CHECK(n->by_plan);
+    CHECK(n->limited());
+    CHECK(std::string(identity::to_string(n->kind)) == "descriptor:api_key");
+    REQUIRE(n->plans.size() == 2);
+    CHECK(n->plans[1].plan == "pro");
+    CHECK(n->plans[1].user[0].id == "rls@pro/descriptor:api_key/log/1m/1m");
+    CHECK(n->plans[1].user[0].name == "pro-descriptor:api_key-1m");
+    CHECK(n->plans[1].user[0].limit == 4);
+
+    // The shared node holds the policy's own plan tiers.
+    const std::vector<limit::descriptor_entry> shared{{"shared_key", "acme-key-one-0001"}};
+    const auto* s = limit::match(*rls, shared);
+    REQUIRE(s != nullptr);
+    CHECK(s->user_kind == identity::kind::user);
+    REQUIRE(s->plans.size() == 2);
+    CHECK(s->plans[1].user[0].id == c.policies[0].plan_user("pro")->at(0).id);
+    CHECK(s->plans[1].user[0].id == "api@pro/user/log/1m/1m");
+
+    const identity::hasher h("secret");
+    limit::descriptor_check check;
+    // Two keys of one user are one identifier; the shared one is the gateway's user identifier.
+    const std::vector<limit::descriptor_ask> asks{{one, 1}, {two, 1}, {shared, 1}};
+    REQUIRE(check.prepare(h, rls, asks, c.registry()) == "");
+    CHECK(!check.refused());
+    REQUIRE(check.charged().keys.size() == 2);
+    CHECK(check.slots()[0].key == check.slots()[1].key);
+    const auto& own = check.charged().keys[check.slots()[0].key];
+    CHECK(own.id == h.hash("descriptor:api_key", "user:acme"));
+    CHECK(own.tiers.data() == n->plans[1].user.data());
+    const auto& gw = check.charged().keys[check.slots()[2].key];
+    CHECK(gw.kind == identity::kind::user);
+    CHECK(gw.id == h.hash("user", "user:acme"));
+    CHECK(gw.tiers[0].id == "api@pro/user/log/1m/1m");
+    CHECK(check.user(0) == "user:acme");
+}
+
+TEST_CASE("descriptors: tiers: plan refuses an unknown key, and a user without a plan, before the store") {
+    using refusal = limit::descriptor_check::refusal;
+    const identity::hasher h("secret");
+    const std::vector<limit::descriptor_entry> unknown{{"api_key", "nobody"}}, globex{{"api_key", "globex-key-0003"}};
+    const std::vector<limit::descriptor_entry> empty{{"api_key", ""}};
+    {
+        plan_config c;
+        const auto* rls = limit::find_domain(c.domains, "rls");
+        limit::descriptor_check check;
+        const std::vector<limit::descriptor_ask> a{{unknown, 1}};
+        REQUIRE(check.prepare(h, rls, a, c.registry()) == "");
+        CHECK(check.refused());
+        CHECK(check.slots()[0].refused == refusal::unknown_key);
+        CHECK(check.charged().keys.empty());
+        const std::vector<limit::descriptor_ask> b{{globex, 1}};
+        REQUIRE(check.prepare(h, rls, b, c.registry()) == "");
+        CHECK(check.refused());
+        CHECK(check.slots()[0].refused == refusal::no_plan);
+        const std::vector<limit::descriptor_ask> e{{empty, 1}};  // require_known: a key is required
+        REQUIRE(check.prepare(h, rls, e, c.registry()) == "");
+        CHECK(check.slots()[0].refused == refusal::unknown_key);
+    }
+    plan_config with_default("free");
+    const auto* rls = limit::find_domain(with_default.domains, "rls");
+    limit::descriptor_check check;
+    const std::vector<limit::descriptor_ask> b{{globex, 1}};
+    REQUIRE(check.prepare(h, rls, b, with_default.registry()) == "");
+    CHECK(!check.refused());
+    REQUIRE(check.charged().keys.size() == 1);
+    CHECK(check.charged().keys[0].tiers[0].limit == 2);  // free
+}
+
+TEST_CASE("descriptors: tiers: plan needs plans and a key registry, and policy: a policy with user: plan") {
+    const std::string head = "upstream: { url: \"http://127.0.0.1:3000\" }\n";
+    const std::string domain = "service:\n  domains:\n    rls:\n      descriptors:\n        - { key: k, tiers: plan";
+    const auto error = [](const std::string& text) {
+        try {
+            config::load_string(text, "t.yaml");
+        } catch (const std::exception& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    CHECK(error(head + domain + " }\n") ==
+          "t.yaml:6:28: service.domains.rls.descriptors[0].tiers: tiers: plan needs plans (plans.<name>.user)");
+    const std::string plans = "plans: { free: { user: [ {limit: 1, per: 1m} ] } }\n";
+    CHECK(error(head + plans + domain + " }\n") ==
+          "t.yaml:7:28: service.domains.rls.descriptors[0].tiers: tiers: plan needs a key registry "
+          "(clients.user.api_keys)");
+    CHECK(error(head + domain + ", policy: api }\n").find("t.yaml:6:28: ") == 0);
+    CHECK(error(head + "service:\n  domains:\n    rls:\n      descriptors:\n        - { key: k, policy: api, tiers: "
+                       "[ {limit: 1, per: 1m} ] }\n")
+              .find("this entry has no tiers: plan") != std::string::npos);
+    // policy: with plans and a registry, it must name a policy with `user: plan` that counts as a descriptor does.
+    const auto dir =
+        std::filesystem::temp_directory_path() /
+        ("sluice-plan-errors-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+    std::filesystem::create_directories(dir);
+    const auto keys = (dir / "keys.yaml").string();
+    {
+        std::ofstream out(keys);
+        out << "- { sha256: 744bebc72d973d7477c95aaa76043fc3c7cac21de46335ae24b862412b93a144, user: acme }\n";
+    }
+    const std::string with_registry = head + "clients: { user: { api_key_header: X-API-Key, api_keys: { file: \"" +
+                                      keys + "\" } } }\n" + plans +
+                                      "policies:\n  fixed: { user: [ {limit: 1, per: 1m} ] }\n"
+                                      "  penalty: { user: plan, count_rejected: true }\n";
+    const auto line = [&](const std::string& policy) {
+        return with_registry + domain + ", policy: " + policy + " }\n";
+    };
+    CHECK(error(line("nope")) == "t.yaml:11:42: service.domains.rls.descriptors[0].policy: no policy named \"nope\"");
+    CHECK(error(line("fixed")).find("policy fixed has no `user: plan`") != std::string::npos);
+    CHECK(error(line("penalty")).find("counts refused requests (count_rejected)") != std::string::npos);
+    std::filesystem::remove_all(dir);
 }
