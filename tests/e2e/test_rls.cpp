@@ -759,3 +759,21 @@ TEST_CASE("rls review: a call refused by a queried descriptor (hits_addend 0) co
     // ...so tight "t" must not have been charged: its one call still passes.
     CHECK(g.ask(request("api", {{{{"tight", "t"}}}})).overall_code() == rls_response::OK);
 }
+
+TEST_CASE("rls review: an envoyproxy/ratelimit wildcard value (\"/api/*\") limits as that service does") {
+    // envoyproxy/ratelimit (src/config/config_impl.go) matches a value ending in '*' as a
+    // prefix, each value counted on its own. Loaded "unchanged", it must not leave the path unlimited.
+    const std::string dir = make_temp_dir();
+    const std::string file = dir + "/wild.yaml";
+    write_file(file, R"(domain: wild
+descriptors:
+  - key: path
+    value: "/api/*"
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+)");
+    rls_gateway g("  ratelimit_config_files: [ \"" + file + "\" ]\n");
+    const auto users = request("wild", {{{{"path", "/api/users"}}}});
+    CHECK(g.ask(users).overall_code() == rls_response::OK);
+    CHECK(g.ask(users).overall_code() == rls_response::OVER_LIMIT);
+    std::filesystem::remove_all(dir);
+}
