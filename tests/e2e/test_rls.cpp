@@ -777,3 +777,13 @@ descriptors:
     CHECK(g.ask(users).overall_code() == rls_response::OVER_LIMIT);
     std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("rls review: a cost above every limit is OVER_LIMIT, not an error Envoy lets through") {
+    // Envoy's filter answers a failed call by failure_mode_deny (false in the documented
+    // config: the request passes, uncounted). A cost no tier can ever admit is a refusal.
+    rls_gateway g(api_domains);
+    rls_response out;
+    const auto s = g.call(request("api", {descriptor{{{"roomy", "big"}}, 2'000'000'000ULL}}), out);
+    CHECK_MESSAGE(s.ok(), s.error_message());
+    CHECK(out.overall_code() == rls_response::OVER_LIMIT);
+}
