@@ -787,3 +787,39 @@ TEST_CASE("rls review: a cost above every limit is OVER_LIMIT, not an error Envo
     CHECK_MESSAGE(s.ok(), s.error_message());
     CHECK(out.overall_code() == rls_response::OVER_LIMIT);
 }
+
+TEST_CASE("rls review: a reload while a call is with the store, access log on: the call's line is written safely") {
+    // log_call (finish) reads st.check.node(i)->kind after decide()'s frame, the only holder of
+    // the call's snapshot once a reload replaced it, is gone: a use after free that
+    // AddressSanitizer reports (run with SLUICE_TEST_GATEWAY_BIN=<an SLUICE_SANITIZE build>).
+    redis_server redis(unused_port());
+    const auto dir = make_temp_dir();
+    const std::string log_path = dir + "/access.log";
+    rls_gateway g(api_domains, redis_store(redis.port), {{"log.access.path", "\"" + log_path + "\""}});
+    CHECK(g.ask(request("api", {{{{"roomy", "warm"}}}})).overall_code() == rls_response::OK);
+    const auto admin = g.gw->admin_port;
+    const auto checks = [&] { return metric_value(fetch(admin, "GET", "/metrics").body, "sluice_redis_checks_total"); };
+    const double before = checks();
+    stall_redis(redis.port);
+    pending_call late(*g.stub, request("api", {{{{"roomy", "late"}}}}), 20s);
+    CHECK(eventually([&] { return checks() >= before + 1; }));  // with Redis
+    auto text = read_file(g.gw->config_path);
+    const std::string from = "{ key: roomy, tiers: [ {limit: 5,", to = "{ key: roomy, tiers: [ {limit: 4,";
+    const auto at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), to);
+    write_file(g.gw->config_path, text);
+    g.gw->proc->signal(SIGHUP);
+    CHECK(eventually_metric(admin, R"(sluice_config_reloads_total{result="ok"})", 1) == 1);
+    // Every worker has the new snapshot once a call answers with its limit (each worker in turn).
+    resume_redis(redis.port);
+    REQUIRE(late.wait(15s));
+    CHECK(late.status.ok());
+    for (int i = 0; i < 4; ++i)
+        CHECK(
+            g.ask(request("api", {descriptor{{{"roomy", "q"}}, 0}})).statuses(0).current_limit().requests_per_unit() ==
+            4);
+    CHECK(eventually([&] { return read_file(log_path).find("descriptor:roomy") != std::string::npos; }));
+    CHECK(g.gw->proc->running());
+    std::filesystem::remove_all(dir);
+}
