@@ -823,3 +823,21 @@ TEST_CASE("rls review: a reload while a call is with the store, access log on: t
     CHECK(g.gw->proc->running());
     std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("rls review: a cost reported after the response (Envoy apply_on_stream_done) is counted, not refused") {
+    // Envoy Gateway's response cost / Envoy AI Gateway's token limits: the request path asks
+    // with hits_addend 0 (may it pass?), and once the response is done Envoy reports its real
+    // cost in a second call whose answer nobody enforces (fire-and-forget). A report refused
+    // because it exceeds what is left counts nothing, so the budget is never spent.
+    rls_gateway g(api_domains);  // roomy: 5 per minute
+    const auto may_pass = request("api", {descriptor{{{"roomy", "tokens"}}, 0}});
+    const auto report = request("api", {descriptor{{{"roomy", "tokens"}}, 4}});
+    int passed = 0;
+    for (int i = 0; i < 10; ++i) {
+        if (g.ask(may_pass).overall_code() != rls_response::OK) break;
+        ++passed;
+        g.ask(report);  // 4 tokens used by the response
+    }
+    // 5 tokens allow two requests (the second one's response overspends); then refused.
+    CHECK(passed == 2);
+}
