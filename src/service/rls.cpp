@@ -152,16 +152,19 @@ bool refused(const limit::decision& d, std::size_t key) {
                        [key](const limit::tier_result& t) { return t.key_index == key && !t.admitted; });
 }
 
-// Asks the store for each request of `check`: the enforced ones, then, only when they admit
-// the call, the shadow ones (a refused call consumes nothing anywhere).
+bool admitted(const limit::check_result& r) { return !failed(r) && r.verdict.allowed; }
+
+// Asks the store for each request of `check`, each only when those before it admitted the
+// call (a refused call consumes nothing anywhere): the queried descriptors (which write
+// nothing), the counted ones, then the shadow ones in the same order.
 awaitable<answers> ask_all(server::worker& w, const limit::descriptor_check& check) {
     answers out;
-    for (const part p : {part::charged, part::queried, part::shadow, part::shadow_queried}) {
-        if (limit::descriptor_check::is_shadow(p)) {
-            const auto& c = out[part::charged];
-            const auto& q = out[part::queried];
-            if (failed(c) || failed(q) || !c.verdict.allowed || !q.verdict.allowed) break;
-        }
+    for (const part p : {part::queried, part::charged, part::shadow_queried, part::shadow}) {
+        const bool go = p == part::queried ||
+                        (admitted(out[part::queried]) &&
+                         (p == part::charged || (admitted(out[part::charged]) &&
+                                                 (p == part::shadow_queried || admitted(out[part::shadow_queried])))));
+        if (!go) break;
         if (check.request(p).keys.empty()) continue;
         const auto i = limit::descriptor_check::index(p);
         out.asked[i] = check.request(p);
