@@ -43,14 +43,13 @@ struct call {
 };
 
 // The descriptors of `r` as the limiter reads them; `entries` holds every entry, viewed by
-// `asks`. A malformed call: why.
+// `asks` (a cost over max_cost as max_cost + 1: no tier admits it). A malformed call: why.
 std::string read_call(const rls::RateLimitRequest& r, std::vector<limit::descriptor_entry>& entries,
                       std::vector<limit::descriptor_ask>& asks) {
     if (r.domain().empty()) return "domain is empty";
     if (r.descriptors().empty()) return "no descriptors";
     // Envoy's: an unset hits_addend (0) is one hit.
     const std::uint64_t call_cost = r.hits_addend() == 0 ? 1 : r.hits_addend();
-    if (call_cost > max_cost) return "hits_addend is over " + std::to_string(max_cost);
     std::size_t total = 0;
     for (const auto& d : r.descriptors()) total += static_cast<std::size_t>(d.entries_size());
     entries.reserve(total);  // asks view into it: no reallocation below
@@ -63,8 +62,7 @@ std::string read_call(const rls::RateLimitRequest& r, std::vector<limit::descrip
         }
         std::uint64_t cost = call_cost;
         if (d.has_hits_addend()) cost = d.hits_addend().value();
-        if (cost > max_cost)
-            return "descriptors[" + std::to_string(i) + "].hits_addend is over " + std::to_string(max_cost);
+        cost = std::min(cost, max_cost + 1);
         asks.push_back({std::span(entries).subspan(first, entries.size() - first), static_cast<std::int64_t>(cost)});
     }
     return "";
@@ -276,11 +274,40 @@ void record_refusals(limit::offenders& o, const limit::descriptor_check& check, 
 
 // What decide() read of a call, kept for its access log line.
 struct call_state {
+    // The call's snapshot: check's nodes point into it, and a reload may replace the
+    // worker's before the line is written.
+    std::shared_ptr<const server::snapshot> snap;
     std::vector<limit::descriptor_entry> entries;
     std::vector<limit::descriptor_ask> asks;
     limit::descriptor_check check;
     bool prepared = false;  // check holds the call's requests
 };
+
+// A call with a descriptor of a cost over max_cost, which no tier can ever admit: refused
+// (that descriptor OVER_LIMIT, the others OK), nothing asked or counted. An error instead
+// would let the request through uncounted (Envoy's failure_mode_deny: false). False when
+// no descriptor is over.
+bool refuse_cost(std::span<const limit::descriptor_ask> asks, response& out) {
+    const auto over = [](const limit::descriptor_ask& a) { return a.cost > static_cast<std::int64_t>(max_cost); };
+    if (std::none_of(asks.begin(), asks.end(), over)) return false;
+    out.set_overall_code(response::OVER_LIMIT);
+    for (const auto& a : asks) out.add_statuses()->set_code(over(a) ? response::OVER_LIMIT : response::OK);
+    return true;
+}
+
+// A call the limiter cannot decide (more limited descriptors than one store request carries,
+// counted ones of different costs, one without entries), answered INVALID_ARGUMENT: Envoy
+// with failure_mode_deny: false lets its request through uncounted, so it is worth a line.
+// One per worker every 10 s.
+void warn_refused_call(const std::string& why) {
+    thread_local server::clock::time_point last{};
+    const auto now = server::clock::now();
+    if (last != server::clock::time_point{} && now - last < std::chrono::seconds(10)) return;
+    last = now;
+    spdlog::warn("a rate-limit call was answered INVALID_ARGUMENT (Envoy with failure_mode_deny: false lets its "
+                 "request through uncounted): {}",
+                 why);
+}
 
 // The status of a call its client no longer waits for: its deadline passed, or it was
 // cancelled (gone, or the server shutting down); nullopt while it waits. `when`: where it was.
@@ -313,12 +340,16 @@ awaitable<void> give_back(server::worker& w, const limit::check_request& r, limi
 // client gave up on before its answer is ready is not charged: refused before the store is
 // asked, or its admission given back once the store answers.
 awaitable<grpc::Status> decide(server::worker& w, call c, call_state& st) {
-    const auto snap = w.snap;
+    st.snap = w.snap;
+    const auto& snap = st.snap;
     if (auto why = read_call(*c.request, st.entries, st.asks); !why.empty())
         co_return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
+    if (refuse_cost(st.asks, *c.answer)) co_return grpc::Status::OK;
     const auto* domain = limit::find_domain(snap->domains, c.request->domain());
-    if (auto why = st.check.prepare(w.hasher, domain, st.asks); !why.empty())
+    if (auto why = st.check.prepare(w.hasher, domain, st.asks); !why.empty()) {
+        warn_refused_call(why);
         co_return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
+    }
     st.prepared = true;
     if (auto gone = given_up(c, "before the call was decided")) co_return *gone;
     answers a = co_await ask_all(w, st.check);
