@@ -5,7 +5,8 @@
 //
 // A node in shadow mode (shadow_mode: true) has its tiers charged as any other's, but its
 // refusal never refuses the call: its descriptors are a request of their own, asked only once
-// the call is admitted (a refused call still consumes nothing anywhere).
+// the call is admitted (a refused call still consumes nothing anywhere); service/rls asks
+// each of its counted identifiers alone, so that they count independently.
 //
 // A descriptor that matches a node with tiers is an identifier of the node's kind
 // ("descriptor:<path>", the path of keys, and values where the config names them) whose value

@@ -136,10 +136,14 @@ void add_fields(response& r, std::string_view lines) {
 using part = limit::descriptor_check::part;
 
 // The answers of a call's requests, by descriptor_check::index() (an empty request's: allowed),
-// and the requests as asked (a counted one with a receipt: give_back).
+// and the requests as asked (a counted one with a receipt: give_back). The shadow part's
+// identifiers are each asked alone (`shadow_asked`, `shadow_of`), so that one over its limit
+// does not stop the others counting; of[shadow] holds their tiers together.
 struct answers {
     std::array<limit::check_result, limit::descriptor_check::parts> of;
     std::array<limit::check_request, limit::descriptor_check::parts> asked;
+    std::vector<limit::check_request> shadow_asked;
+    std::vector<limit::check_result> shadow_of;
     const limit::check_result& operator[](part p) const { return of[limit::descriptor_check::index(p)]; }
 };
 
@@ -153,24 +157,39 @@ bool refused(const limit::decision& d, std::size_t key) {
 
 bool admitted(const limit::check_result& r) { return !failed(r) && r.verdict.allowed; }
 
-// Asks the store for each request of `check`, each only when those before it admitted the
+// Asks the store for the requests of `check`, each only when those before it admitted the
 // call (a refused call consumes nothing anywhere): the queried descriptors (which write
-// nothing), the counted ones, then the shadow ones in the same order.
+// nothing), the counted ones, then the shadow queries and each shadow identifier alone.
 awaitable<answers> ask_all(server::worker& w, const limit::descriptor_check& check) {
     answers out;
-    for (const part p : {part::queried, part::charged, part::shadow_queried, part::shadow}) {
-        const bool go = p == part::queried ||
-                        (admitted(out[part::queried]) &&
-                         (p == part::charged || (admitted(out[part::charged]) &&
-                                                 (p == part::shadow_queried || admitted(out[part::shadow_queried])))));
-        if (!go) break;
+    for (const part p : {part::queried, part::charged, part::shadow_queried}) {
+        const bool go = p == part::queried || (admitted(out[part::queried]) &&
+                                               (p == part::charged || admitted(out[part::charged])));
+        if (!go) co_return out;
         if (check.request(p).keys.empty()) continue;
         const auto i = limit::descriptor_check::index(p);
         out.asked[i] = check.request(p);
         // A counted request's receipt gives back a call answered too late.
-        out.asked[i].want_receipt = p == part::charged || p == part::shadow;
+        out.asked[i].want_receipt = p == part::charged;
         auto result = co_await ask(w, out.asked[i]);
         out.of[i] = std::move(result);
+    }
+    const auto& shadow = check.request(part::shadow);
+    auto& merged = out.of[limit::descriptor_check::index(part::shadow)].verdict;
+    for (std::size_t k = 0; k < shadow.keys.size(); ++k) {
+        auto r = shadow;
+        r.keys = shadow.keys.subspan(k, 1);
+        r.want_receipt = true;
+        auto result = co_await ask(w, r);
+        if (!failed(result)) {
+            for (auto t : result.verdict.tiers) {
+                t.key_index = k;
+                merged.tiers.push_back(t);
+            }
+            merged.allowed = merged.allowed && result.verdict.allowed;
+        }
+        out.shadow_asked.push_back(r);
+        out.shadow_of.push_back(std::move(result));
     }
     co_return out;
 }
@@ -354,10 +373,9 @@ awaitable<grpc::Status> decide(server::worker& w, call c, call_state& st) {
     if (auto gone = given_up(c, "before the call was decided")) co_return *gone;
     answers a = co_await ask_all(w, st.check);
     if (auto gone = given_up(c, "while the store decided: nothing is charged")) {
-        for (const part p : {part::charged, part::shadow}) {
-            const auto i = limit::descriptor_check::index(p);
-            co_await give_back(w, a.asked[i], a.of[i]);
-        }
+        const auto i = limit::descriptor_check::index(part::charged);
+        co_await give_back(w, a.asked[i], a.of[i]);
+        for (std::size_t k = 0; k < a.shadow_asked.size(); ++k) co_await give_back(w, a.shadow_asked[k], a.shadow_of[k]);
         co_return *gone;
     }
     answer(*snap->cfg, st.check, a, *c.answer);
