@@ -163,8 +163,8 @@ bool admitted(const limit::check_result& r) { return !failed(r) && r.verdict.all
 awaitable<answers> ask_all(server::worker& w, const limit::descriptor_check& check) {
     answers out;
     for (const part p : {part::queried, part::charged, part::shadow_queried}) {
-        const bool go = p == part::queried || (admitted(out[part::queried]) &&
-                                               (p == part::charged || admitted(out[part::charged])));
+        const bool go = p == part::queried ||
+                        (admitted(out[part::queried]) && (p == part::charged || admitted(out[part::charged])));
         if (!go) co_return out;
         if (check.request(p).keys.empty()) continue;
         const auto i = limit::descriptor_check::index(p);
@@ -323,9 +323,10 @@ void warn_refused_call(const std::string& why) {
     const auto now = server::clock::now();
     if (last != server::clock::time_point{} && now - last < std::chrono::seconds(10)) return;
     last = now;
-    spdlog::warn("a rate-limit call was answered INVALID_ARGUMENT (Envoy with failure_mode_deny: false lets its "
-                 "request through uncounted): {}",
-                 why);
+    spdlog::warn(
+        "a rate-limit call was answered INVALID_ARGUMENT (Envoy with failure_mode_deny: false lets its "
+        "request through uncounted): {}",
+        why);
 }
 
 // The status of a call its client no longer waits for: its deadline passed, or it was
@@ -375,7 +376,8 @@ awaitable<grpc::Status> decide(server::worker& w, call c, call_state& st) {
     if (auto gone = given_up(c, "while the store decided: nothing is charged")) {
         const auto i = limit::descriptor_check::index(part::charged);
         co_await give_back(w, a.asked[i], a.of[i]);
-        for (std::size_t k = 0; k < a.shadow_asked.size(); ++k) co_await give_back(w, a.shadow_asked[k], a.shadow_of[k]);
+        for (std::size_t k = 0; k < a.shadow_asked.size(); ++k)
+            co_await give_back(w, a.shadow_asked[k], a.shadow_of[k]);
         co_return *gone;
     }
     answer(*snap->cfg, st.check, a, *c.answer);
