@@ -13,6 +13,7 @@ descriptor_node compile_node(const std::string& domain, const config::descriptor
     n.key = c.key;
     n.value = c.value;
     n.shadow = c.shadow;
+    n.prefix = c.value_prefix;
     std::vector<const config::tier_config*> tiers;
     for (const auto& t : c.tiers) tiers.push_back(&t);
     const auto names = tier_names(tiers);
@@ -26,13 +27,16 @@ descriptor_node compile_node(const std::string& domain, const config::descriptor
 }
 
 const descriptor_node* find_child(const std::vector<descriptor_node>& nodes, const descriptor_entry& e) {
+    const descriptor_node* prefix = nullptr;
     const descriptor_node* any = nullptr;
     for (const auto& n : nodes) {
         if (n.key != e.key) continue;
         if (n.value && *n.value == e.value) return &n;
+        if (n.prefix && !prefix && e.value.starts_with(std::string_view(*n.value).substr(0, n.value->size() - 1)))
+            prefix = &n;
         if (!n.value && !any) any = &n;
     }
-    return any;
+    return prefix ? prefix : any;
 }
 
 }  // namespace

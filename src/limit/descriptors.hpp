@@ -40,6 +40,7 @@ struct descriptor_node {
     std::vector<tier> tiers;  // empty: a descriptor ending here is not limited
     std::vector<descriptor_node> children;
     bool shadow = false;          // its tiers are counted, its refusals never refuse the call
+    bool prefix = false;          // value ends in '*': it matches any value starting with the rest
     std::size_t metric_slot = 0;  // with tiers: metrics::registry::slot("descriptor", ...), set by the snapshot
 };
 
@@ -57,8 +58,9 @@ struct descriptor_entry {
     std::string_view key, value;
 };
 
-// The node the entries lead to (each entry the node of its key and value, else of its key
-// alone, among the previous one's children), or null when an entry matches none.
+// The node the entries lead to (each entry the node of its key and value, else the first of
+// its key whose prefix value (envoyproxy/ratelimit's "value*") starts the value, else of its
+// key alone, among the previous one's children), or null when an entry matches none.
 const descriptor_node* match(const descriptor_domain& d, std::span<const descriptor_entry> entries);
 
 // One descriptor of a call: its entries and its cost (hits_addend; 0 asks without counting).

@@ -775,6 +775,10 @@ descriptors:
     const auto users = request("wild", {{{{"path", "/api/users"}}}});
     CHECK(g.ask(users).overall_code() == rls_response::OK);
     CHECK(g.ask(users).overall_code() == rls_response::OVER_LIMIT);
+    // Each value counted on its own; a value outside the prefix is not limited.
+    CHECK(g.ask(request("wild", {{{{"path", "/api/orders"}}}})).overall_code() == rls_response::OK);
+    for (int i = 0; i < 2; ++i)
+        CHECK(g.ask(request("wild", {{{{"path", "/web"}}}})).overall_code() == rls_response::OK);
     std::filesystem::remove_all(dir);
 }
 
