@@ -334,6 +334,9 @@ descriptors:
   - key: generic_key
     value: free
     rate_limit: { unit: second, requests_per_unit: 1, unlimited: true }
+  - key: generic_key
+    value: weekly
+    rate_limit: { unit: week, requests_per_unit: 3 }
   - key: client
     descriptors:
       - key: path
@@ -350,6 +353,9 @@ descriptors:
     const auto over = g.ask(slow);
     CHECK(over.overall_code() == rls_response::OVER_LIMIT);
     CHECK(over.statuses(0).duration_until_reset().seconds() <= 86400);  // a fixed day, aligned to Unix time
+    const auto weekly = g.ask(request("legacy", {{{{"generic_key", "weekly"}}}}));
+    CHECK(weekly.statuses(0).current_limit().unit() == rls_response::RateLimit::WEEK);
+    CHECK(weekly.statuses(0).limit_remaining() == 2);
     // unlimited: matched, never limited.
     for (int i = 0; i < 3; ++i)
         CHECK(g.ask(request("legacy", {{{{"generic_key", "free"}}}})).overall_code() == rls_response::OK);
