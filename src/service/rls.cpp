@@ -438,9 +438,9 @@ void log_call(server::access_log::lane& log, const std::string& peer, const rls:
         if (!node) continue;
         d.matched = identity::to_string(node->kind);
         const auto& slot = st->check.slots()[i];
-        const auto& req = slot.in == limit::descriptor_check::part::charged ? st->check.charged() : st->check.queried();
-        if (slot.in != limit::descriptor_check::part::none && slot.key < req.keys.size())
-            d.id = identity::hasher::to_hex(req.keys[slot.key].id);
+        if (slot.in == limit::descriptor_check::part::none) continue;
+        const auto& req = st->check.request(slot.in);  // a shadow descriptor's too
+        if (slot.key < req.keys.size()) d.id = identity::hasher::to_hex(req.keys[slot.key].id);
     }
     log.write(r);
 }
