@@ -462,7 +462,8 @@ struct descriptor_config {
     std::vector<tier_config> tiers;              // any algorithm but concurrency; empty: not limited here
     std::vector<descriptor_config> descriptors;  // the entries that may follow this one
     bool shadow = false;                         // shadow_mode: its tiers counted, never refusing the call
-    std::string at;                              // "FILE:LINE:COLUMN: service.domains.api.descriptors[0]"
+    bool value_prefix = false;  // an envoyproxy/ratelimit value ending in '*': any value starting with the rest
+    std::string at;             // "FILE:LINE:COLUMN: service.domains.api.descriptors[0]"
     // `tiers: plan`: the value is an API key of clients.user.api_keys, limited by its user's
     // plan (plans.<plan>.user); `tiers` is then empty.
     bool by_plan = false;

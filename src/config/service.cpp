@@ -184,6 +184,8 @@ void read_ratelimit_descriptors(const node_ref& n, const std::string& parent, st
                                {"shadow_mode", [&](const node_ref& v) { d.shadow = schema::read_bool(v); }},
                                {"detailed_metric", [&](const node_ref& v) { schema::read_bool(v); }},
                            });
+        // There, a value ending in '*' is a prefix (each value still counted on its own).
+        d.value_prefix = d.value && d.value->ends_with('*');
         const std::string kind = kind_text(parent, d);
         if (rate_at) {
             std::int64_t limit = 0;

@@ -42,6 +42,7 @@ descriptor_node compile_node(const std::string& domain, const config::config& cf
     n.key = c.key;
     n.value = c.value;
     n.shadow = c.shadow;
+    n.prefix = c.value_prefix;
     if (c.by_plan) compile_plans(domain, cfg, policies, c, n);
     std::vector<const config::tier_config*> tiers;
     for (const auto& t : c.tiers) tiers.push_back(&t);
@@ -56,13 +57,16 @@ descriptor_node compile_node(const std::string& domain, const config::config& cf
 }
 
 const descriptor_node* find_child(const std::vector<descriptor_node>& nodes, const descriptor_entry& e) {
+    const descriptor_node* prefix = nullptr;
     const descriptor_node* any = nullptr;
     for (const auto& n : nodes) {
         if (n.key != e.key) continue;
         if (n.value && *n.value == e.value) return &n;
+        if (n.prefix && !prefix && e.value.starts_with(std::string_view(*n.value).substr(0, n.value->size() - 1)))
+            prefix = &n;
         if (!n.value && !any) any = &n;
     }
-    return any;
+    return prefix ? prefix : any;
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 //
 // A node in shadow mode (shadow_mode: true) has its tiers charged as any other's, but its
 // refusal never refuses the call: its descriptors are a request of their own, asked only once
-// the call is admitted (a refused call still consumes nothing anywhere).
+// the call is admitted (a refused call still consumes nothing anywhere); service/rls asks
+// each of its counted identifiers alone, so that they count independently.
 //
 // A descriptor that matches a node with tiers is an identifier of the node's kind
 // ("descriptor:<path>", the path of keys, and values where the config names them) whose value
@@ -50,6 +51,7 @@ struct descriptor_node {
     std::vector<tier> tiers;  // empty: a descriptor ending here is not limited
     std::vector<descriptor_node> children;
     bool shadow = false;          // its tiers are counted, its refusals never refuse the call
+    bool prefix = false;          // value ends in '*': it matches any value starting with the rest
     std::size_t metric_slot = 0;  // with tiers: metrics::registry::slot("descriptor", ...), set by the snapshot
     // tiers: plan (`tiers` empty): each plan's tiers, and the kind of the identifier (user when
     // shared with a policy, else `kind`).
@@ -75,8 +77,9 @@ struct descriptor_entry {
     std::string_view key, value;
 };
 
-// The node the entries lead to (each entry the node of its key and value, else of its key
-// alone, among the previous one's children), or null when an entry matches none.
+// The node the entries lead to (each entry the node of its key and value, else the first of
+// its key whose prefix value (envoyproxy/ratelimit's "value*") starts the value, else of its
+// key alone, among the previous one's children), or null when an entry matches none.
 const descriptor_node* match(const descriptor_domain& d, std::span<const descriptor_entry> entries);
 
 // One descriptor of a call: its entries and its cost (hits_addend; 0 asks without counting).

@@ -43,14 +43,13 @@ struct call {
 };
 
 // The descriptors of `r` as the limiter reads them; `entries` holds every entry, viewed by
-// `asks`. A malformed call: why.
+// `asks` (a cost over max_cost as max_cost + 1: no tier admits it). A malformed call: why.
 std::string read_call(const rls::RateLimitRequest& r, std::vector<limit::descriptor_entry>& entries,
                       std::vector<limit::descriptor_ask>& asks) {
     if (r.domain().empty()) return "domain is empty";
     if (r.descriptors().empty()) return "no descriptors";
     // Envoy's: an unset hits_addend (0) is one hit.
     const std::uint64_t call_cost = r.hits_addend() == 0 ? 1 : r.hits_addend();
-    if (call_cost > max_cost) return "hits_addend is over " + std::to_string(max_cost);
     std::size_t total = 0;
     for (const auto& d : r.descriptors()) total += static_cast<std::size_t>(d.entries_size());
     entries.reserve(total);  // asks view into it: no reallocation below
@@ -63,8 +62,7 @@ std::string read_call(const rls::RateLimitRequest& r, std::vector<limit::descrip
         }
         std::uint64_t cost = call_cost;
         if (d.has_hits_addend()) cost = d.hits_addend().value();
-        if (cost > max_cost)
-            return "descriptors[" + std::to_string(i) + "].hits_addend is over " + std::to_string(max_cost);
+        cost = std::min(cost, max_cost + 1);
         asks.push_back({std::span(entries).subspan(first, entries.size() - first), static_cast<std::int64_t>(cost)});
     }
     return "";
@@ -87,6 +85,7 @@ response::RateLimit::Unit unit_of(const limit::tier& t) {
         case 60 * s: return response::RateLimit::MINUTE;
         case 3600 * s: return response::RateLimit::HOUR;
         case 86400 * s: return response::RateLimit::DAY;
+        case 7 * 86400 * s: return response::RateLimit::WEEK;
         default: return response::RateLimit::UNKNOWN;  // its name says the window
     }
 }
@@ -137,10 +136,14 @@ void add_fields(response& r, std::string_view lines) {
 using part = limit::descriptor_check::part;
 
 // The answers of a call's requests, by descriptor_check::index() (an empty request's: allowed),
-// and the requests as asked (a counted one with a receipt: give_back).
+// and the requests as asked (a counted one with a receipt: give_back). The shadow part's
+// identifiers are each asked alone (`shadow_asked`, `shadow_of`), so that one over its limit
+// does not stop the others counting; of[shadow] holds their tiers together.
 struct answers {
     std::array<limit::check_result, limit::descriptor_check::parts> of;
     std::array<limit::check_request, limit::descriptor_check::parts> asked;
+    std::vector<limit::check_request> shadow_asked;
+    std::vector<limit::check_result> shadow_of;
     const limit::check_result& operator[](part p) const { return of[limit::descriptor_check::index(p)]; }
 };
 
@@ -152,24 +155,42 @@ bool refused(const limit::decision& d, std::size_t key) {
                        [key](const limit::tier_result& t) { return t.key_index == key && !t.admitted; });
 }
 
-// Asks the store for each request of `check`: the enforced ones, then, only when they admit
-// the call, the shadow ones (a refused call consumes nothing anywhere).
+bool admitted(const limit::check_result& r) { return !failed(r) && r.verdict.allowed; }
+
+// Asks the store for the requests of `check`, each only when those before it admitted the
+// call (a refused call consumes nothing anywhere): the queried descriptors (which write
+// nothing), the counted ones, then the shadow queries and each shadow identifier alone.
 awaitable<answers> ask_all(server::worker& w, const limit::descriptor_check& check) {
     answers out;
     if (check.refused()) co_return out;  // by the key registry: nothing is asked
-    for (const part p : {part::charged, part::queried, part::shadow, part::shadow_queried}) {
-        if (limit::descriptor_check::is_shadow(p)) {
-            const auto& c = out[part::charged];
-            const auto& q = out[part::queried];
-            if (failed(c) || failed(q) || !c.verdict.allowed || !q.verdict.allowed) break;
-        }
+    for (const part p : {part::queried, part::charged, part::shadow_queried}) {
+        const bool go = p == part::queried ||
+                        (admitted(out[part::queried]) && (p == part::charged || admitted(out[part::charged])));
+        if (!go) co_return out;
         if (check.request(p).keys.empty()) continue;
         const auto i = limit::descriptor_check::index(p);
         out.asked[i] = check.request(p);
         // A counted request's receipt gives back a call answered too late.
-        out.asked[i].want_receipt = p == part::charged || p == part::shadow;
+        out.asked[i].want_receipt = p == part::charged;
         auto result = co_await ask(w, out.asked[i]);
         out.of[i] = std::move(result);
+    }
+    const auto& shadow = check.request(part::shadow);
+    auto& merged = out.of[limit::descriptor_check::index(part::shadow)].verdict;
+    for (std::size_t k = 0; k < shadow.keys.size(); ++k) {
+        auto r = shadow;
+        r.keys = shadow.keys.subspan(k, 1);
+        r.want_receipt = true;
+        auto result = co_await ask(w, r);
+        if (!failed(result)) {
+            for (auto t : result.verdict.tiers) {
+                t.key_index = k;
+                merged.tiers.push_back(t);
+            }
+            merged.allowed = merged.allowed && result.verdict.allowed;
+        }
+        out.shadow_asked.push_back(r);
+        out.shadow_of.push_back(std::move(result));
     }
     co_return out;
 }
@@ -292,11 +313,41 @@ void record_refusals(limit::offenders& o, const limit::descriptor_check& check, 
 
 // What decide() read of a call, kept for its access log line.
 struct call_state {
+    // The call's snapshot: check's nodes point into it, and a reload may replace the
+    // worker's before the line is written.
+    std::shared_ptr<const server::snapshot> snap;
     std::vector<limit::descriptor_entry> entries;
     std::vector<limit::descriptor_ask> asks;
     limit::descriptor_check check;
     bool prepared = false;  // check holds the call's requests
 };
+
+// A call with a descriptor of a cost over max_cost, which no tier can ever admit: refused
+// (that descriptor OVER_LIMIT, the others OK), nothing asked or counted. An error instead
+// would let the request through uncounted (Envoy's failure_mode_deny: false). False when
+// no descriptor is over.
+bool refuse_cost(std::span<const limit::descriptor_ask> asks, response& out) {
+    const auto over = [](const limit::descriptor_ask& a) { return a.cost > static_cast<std::int64_t>(max_cost); };
+    if (std::none_of(asks.begin(), asks.end(), over)) return false;
+    out.set_overall_code(response::OVER_LIMIT);
+    for (const auto& a : asks) out.add_statuses()->set_code(over(a) ? response::OVER_LIMIT : response::OK);
+    return true;
+}
+
+// A call the limiter cannot decide (more limited descriptors than one store request carries,
+// counted ones of different costs, one without entries), answered INVALID_ARGUMENT: Envoy
+// with failure_mode_deny: false lets its request through uncounted, so it is worth a line.
+// One per worker every 10 s.
+void warn_refused_call(const std::string& why) {
+    thread_local server::clock::time_point last{};
+    const auto now = server::clock::now();
+    if (last != server::clock::time_point{} && now - last < std::chrono::seconds(10)) return;
+    last = now;
+    spdlog::warn(
+        "a rate-limit call was answered INVALID_ARGUMENT (Envoy with failure_mode_deny: false lets its "
+        "request through uncounted): {}",
+        why);
+}
 
 // The status of a call its client no longer waits for: its deadline passed, or it was
 // cancelled (gone, or the server shutting down); nullopt while it waits. `when`: where it was.
@@ -329,22 +380,26 @@ awaitable<void> give_back(server::worker& w, const limit::check_request& r, limi
 // client gave up on before its answer is ready is not charged: refused before the store is
 // asked, or its admission given back once the store answers.
 awaitable<grpc::Status> decide(server::worker& w, call c, call_state& st) {
-    const auto snap = w.snap;
+    st.snap = w.snap;
+    const auto& snap = st.snap;
     if (auto why = read_call(*c.request, st.entries, st.asks); !why.empty())
         co_return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
+    if (refuse_cost(st.asks, *c.answer)) co_return grpc::Status::OK;
     const auto* domain = limit::find_domain(snap->domains, c.request->domain());
     const limit::key_registry registry{snap->clients.users ? &*snap->clients.users : nullptr,
                                        snap->cfg->clients.default_plan};
-    if (auto why = st.check.prepare(w.hasher, domain, st.asks, registry); !why.empty())
+    if (auto why = st.check.prepare(w.hasher, domain, st.asks, registry); !why.empty()) {
+        warn_refused_call(why);
         co_return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
+    }
     st.prepared = true;
     if (auto gone = given_up(c, "before the call was decided")) co_return *gone;
     answers a = co_await ask_all(w, st.check);
     if (auto gone = given_up(c, "while the store decided: nothing is charged")) {
-        for (const part p : {part::charged, part::shadow}) {
-            const auto i = limit::descriptor_check::index(p);
-            co_await give_back(w, a.asked[i], a.of[i]);
-        }
+        const auto i = limit::descriptor_check::index(part::charged);
+        co_await give_back(w, a.asked[i], a.of[i]);
+        for (std::size_t k = 0; k < a.shadow_asked.size(); ++k)
+            co_await give_back(w, a.shadow_asked[k], a.shadow_of[k]);
         co_return *gone;
     }
     answer(*snap->cfg, st.check, a, *c.answer);
@@ -405,9 +460,9 @@ void log_call(server::access_log::lane& log, const std::string& peer, const rls:
         if (!node) continue;
         d.matched = identity::to_string(node->kind);
         const auto& slot = st->check.slots()[i];
-        const auto& req = slot.in == limit::descriptor_check::part::charged ? st->check.charged() : st->check.queried();
-        if (slot.in != limit::descriptor_check::part::none && slot.key < req.keys.size())
-            d.id = identity::hasher::to_hex(req.keys[slot.key].id);
+        if (slot.in == limit::descriptor_check::part::none) continue;
+        const auto& req = st->check.request(slot.in);  // a shadow descriptor's too
+        if (slot.key < req.keys.size()) d.id = identity::hasher::to_hex(req.keys[slot.key].id);
     }
     log.write(r);
 }

@@ -367,3 +367,49 @@ TEST_CASE("descriptors: tiers: plan needs plans and a key registry, and policy: 
     CHECK(error(line("penalty")).find("counts refused requests (count_rejected)") != std::string::npos);
     std::filesystem::remove_all(dir);
 }
+
+TEST_CASE(
+    "descriptors: a ratelimit file's value ending in '*' is a prefix: exact value, then the first prefix, "
+    "then the key alone") {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("sluice-wildcard-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+    std::filesystem::create_directories(dir);
+    const auto file = (dir / "wild.yaml").string();
+    {
+        std::ofstream out(file);
+        out << "domain: wild\ndescriptors:\n"
+               "  - { key: path, rate_limit: { unit: hour, requests_per_unit: 1 } }\n"
+               "  - { key: path, value: \"/api/*\", rate_limit: { unit: hour, requests_per_unit: 2 } }\n"
+               "  - { key: path, value: \"/api/admin*\", rate_limit: { unit: hour, requests_per_unit: 3 } }\n"
+               "  - { key: path, value: \"/api/users\", rate_limit: { unit: hour, requests_per_unit: 4 } }\n";
+    }
+    const std::string text = R"(
+upstream: { url: "http://127.0.0.1:3000" }
+service:
+  ratelimit_config_files: [ ")" +
+                             file + R"(" ]
+  domains:
+    api:
+      descriptors:
+        - { key: path, value: "/x*", tiers: [ {limit: 5, per: 1m} ] }
+)";
+    const auto cfg = config::load_string(text, "test.yaml");
+    std::filesystem::remove_all(dir);
+    const auto domains = limit::compile_domains(*cfg, limit::compile_policies(*cfg));
+    const auto* wild = limit::find_domain(domains, "wild");
+    REQUIRE(wild != nullptr);
+    const auto limit_of = [&](const char* value) {
+        const std::vector<limit::descriptor_entry> e{{"path", value}};
+        const auto* n = limit::match(*wild, e);
+        return n ? n->tiers.at(0).limit : -1;
+    };
+    CHECK(limit_of("/api/users") == 4);       // the exact value first
+    CHECK(limit_of("/api/admin/keys") == 2);  // then the first prefix in file order, as envoyproxy/ratelimit
+    CHECK(limit_of("/api/") == 2);
+    CHECK(limit_of("/web") == 1);  // then the key alone
+    // In service.domains a '*' is a character like any other.
+    const std::vector<limit::descriptor_entry> xy{{"path", "/xy"}}, star{{"path", "/x*"}};
+    const auto* api = limit::find_domain(domains, "api");
+    CHECK(limit::match(*api, xy) == nullptr);
+    CHECK(limit::match(*api, star) != nullptr);
+}
