@@ -116,16 +116,43 @@ digest descriptor_check::id_of(const identity::hasher& hasher, const descriptor_
 }
 
 std::size_t descriptor_check::add_key(identity::kind kind, const digest& id, std::span<const tier> tiers,
-                                      std::size_t p) {
+                                      std::int64_t cost, std::size_t p) {
     auto& keys = keys_[p];
     std::size_t& count = counts_[p];
-    // Two descriptors of one call that name one identifier are one key: the store must not
-    // see it twice in a request.
+    // Two descriptors of one call that name one identifier at one cost are one key: the store
+    // must not see it twice in a request. At two costs it is two keys, in two requests.
     for (std::size_t i = 0; i < count; ++i)
-        if (keys[i].kind == kind && keys[i].id == id && keys[i].tiers.data() == tiers.data()) return i;
+        if (keys[i].kind == kind && keys[i].id == id && keys[i].tiers.data() == tiers.data() && costs_[p][i] == cost)
+            return i;
     if (count == keys.size()) return static_cast<std::size_t>(-1);
     keys[count] = store_key{kind, id, tiers, 0};
+    costs_[p][count] = cost;
     return count++;
+}
+
+void descriptor_check::group_charged() {
+    const std::size_t p = index(part::charged);
+    const std::size_t n = counts_[p];
+    std::array<std::size_t, max_request_keys> order;  // new position -> old
+    for (std::size_t i = 0; i < n; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n),
+                     [&](std::size_t a, std::size_t b) { return costs_[p][a] < costs_[p][b]; });
+    std::array<std::size_t, max_request_keys> at;  // old position -> new
+    const auto keys = keys_[p];
+    const auto costs = costs_[p];
+    for (std::size_t i = 0; i < n; ++i) {
+        keys_[p][i] = keys[order[i]];
+        costs_[p][i] = costs[order[i]];
+        at[order[i]] = i;
+    }
+    for (auto& s : slots_)
+        if (s.in == part::charged) s.key = at[s.key];
+    group_count_ = 0;
+    for (std::size_t first = 0, i = 1; i <= n; ++i) {
+        if (i < n && costs_[p][i] == costs_[p][first]) continue;
+        groups_[group_count_++] = check_request{std::span(keys_[p].data() + first, i - first), costs_[p][first]};
+        first = i;
+    }
 }
 
 std::string descriptor_check::prepare(const identity::hasher& hasher, const descriptor_domain* d,
@@ -135,8 +162,8 @@ std::string descriptor_check::prepare(const identity::hasher& hasher, const desc
     users_.assign(asks.size(), std::string());
     refused_ = false;
     counts_.fill(0);
+    group_count_ = 0;
     std::size_t total = 0;
-    std::optional<std::int64_t> cost;
     for (std::size_t i = 0; i < asks.size(); ++i) {
         const auto& a = asks[i];
         if (a.entries.empty()) return "descriptors[" + std::to_string(i) + "] has no entries";
@@ -166,27 +193,23 @@ std::string descriptor_check::prepare(const identity::hasher& hasher, const desc
             tiers = it->user;
         }
         const bool counts = a.cost > 0;
-        if (counts) {
-            if (cost && *cost != a.cost)
-                return "descriptors of one call are decided together at one cost: hits_addend " +
-                       std::to_string(*cost) + " and " + std::to_string(a.cost) + " differ";
-            cost = a.cost;
-        }
         const part in =
             n->shadow ? (counts ? part::shadow : part::shadow_queried) : (counts ? part::charged : part::queried);
         const std::size_t before = counts_[index(in)];
         const digest id =
             n->by_plan ? hasher.hash(identity::to_string(n->user_kind), users_[i]) : id_of(hasher, *n, a.entries);
-        const std::size_t k = add_key(n->by_plan ? n->user_kind : n->kind, id, tiers, index(in));
+        const std::size_t k = add_key(n->by_plan ? n->user_kind : n->kind, id, tiers, counts ? a.cost : 0, index(in));
         if (k != static_cast<std::size_t>(-1)) total += counts_[index(in)] - before;
         if (k == static_cast<std::size_t>(-1) || total > max_request_keys)
             return "more than " + std::to_string(max_request_keys) +
                    " limited descriptors in one call (one store request carries them all)";
         slots_[i] = {in, k, refusal::none};
     }
+    group_charged();
     for (std::size_t p = 0; p < parts; ++p) {
         const bool query = p == index(part::queried) || p == index(part::shadow_queried);
-        requests_[p] = check_request{std::span(keys_[p].data(), counts_[p]), query ? 0 : cost.value_or(1)};
+        requests_[p] = check_request{std::span(keys_[p].data(), counts_[p]), counts_[p] > 0 ? costs_[p][0] : 0};
+        if (!query && requests_[p].cost == 0) requests_[p].cost = 1;
         requests_[p].query = query;
     }
     return "";

@@ -2,11 +2,14 @@
 // requests: the domains of service.domains compiled once per snapshot, a descriptor matched
 // down its domain's tree, and the descriptors of one call made into one check_request, so
 // that they are decided and committed together as the identifiers of one HTTP request are.
+// A request has one cost: counted descriptors of different costs (each its own hits_addend)
+// are one request per cost (charged_groups()), which service/rls asks in turn, giving back
+// exactly the groups admitted before one that refuses.
 //
 // A node in shadow mode (shadow_mode: true) has its tiers charged as any other's, but its
 // refusal never refuses the call: its descriptors are a request of their own, asked only once
 // the call is admitted (a refused call still consumes nothing anywhere); service/rls asks
-// each of its counted identifiers alone, so that they count independently.
+// each of its counted identifiers alone (at its own cost), so that they count independently.
 //
 // A descriptor that matches a node with tiers is an identifier of the node's kind
 // ("descriptor:<path>", the path of keys, and values where the config names them) whose value
@@ -112,17 +115,23 @@ public:
 
     // Builds the requests for `asks` in domain `d` (null: an unknown domain). "" when the
     // call can be decided, else why it cannot: more distinct identifiers than one store
-    // request carries, a descriptor without entries, or counted descriptors of different
-    // costs (one request has one cost: they could not be committed together).
+    // request carries (one identifier at two costs is two), or a descriptor without entries.
     std::string prepare(const identity::hasher& hasher, const descriptor_domain* d,
                         std::span<const descriptor_ask> asks, const key_registry& registry = {});
 
     // The request of part `p` (not none); empty keys when no descriptor is in it. The queried
-    // ones (cost 0) ask without writing.
+    // ones (cost 0) ask without writing. Its cost is its first key's: a part whose keys have
+    // several costs is asked by charged_groups() (charged) or key by key (shadow, key_cost()).
     const check_request& request(part p) const { return requests_[index(p)]; }
-    // The descriptors that count (cost > 0), one decision.
+    // The descriptors that count (cost > 0), ordered by cost.
     const check_request& charged() const { return request(part::charged); }
     const check_request& queried() const { return request(part::queried); }
+    // charged() as one request per distinct cost, by increasing cost: consecutive spans of its
+    // keys (a group's key i is charged key i + the keys of the groups before it). One group
+    // (the common case) is charged() itself.
+    std::span<const check_request> charged_groups() const { return std::span(groups_.data(), group_count_); }
+    // The cost of key `key` of part `p`.
+    std::int64_t key_cost(part p, std::size_t key) const { return costs_[index(p)][key]; }
     std::span<const slot> slots() const { return slots_; }
     // The matched node of descriptor i (null: not limited).
     const descriptor_node* node(std::size_t i) const { return nodes_[i]; }
@@ -138,13 +147,19 @@ public:
 private:
     // Adds (or finds) identifier `id` of `kind` with `tiers` to part p's keys; its index, or
     // npos when full.
-    std::size_t add_key(identity::kind kind, const digest& id, std::span<const tier> tiers, std::size_t p);
+    std::size_t add_key(identity::kind kind, const digest& id, std::span<const tier> tiers, std::int64_t cost,
+                        std::size_t p);
+    // Orders the charged keys by cost (their slots follow) and makes charged_groups().
+    void group_charged();
     // The identifier of plain node `n` for `entries`.
     digest id_of(const identity::hasher& hasher, const descriptor_node& n, std::span<const descriptor_entry> entries);
 
     std::array<std::array<store_key, max_request_keys>, parts> keys_;
+    std::array<std::array<std::int64_t, max_request_keys>, parts> costs_{};
     std::array<std::size_t, parts> counts_{};
     std::array<check_request, parts> requests_;
+    std::array<check_request, max_request_keys> groups_;
+    std::size_t group_count_ = 0;
     std::vector<slot> slots_;
     std::vector<const descriptor_node*> nodes_;
     std::vector<std::string> users_;

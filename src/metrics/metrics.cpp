@@ -632,8 +632,9 @@ std::string registry::scrape() const {
     }
     out.push_back(std::move(rls_descriptors));
     auto rls_taken_back = family("sluice_rls_taken_back_total",
-                                 "Rate-limit service calls charged while their client gave up (deadline passed, "
-                                 "cancelled): the charge given back (done) or left (failed: the store failed).",
+                                 "Rate-limit service admissions given back: a call's charged while its client gave up "
+                                 "(deadline passed, cancelled), or one cost's request of a call another cost refused: "
+                                 "given back (done) or left (failed: the store failed).",
                                  MetricType::Counter);
     for (std::size_t r = 0; r < 2; ++r) {
         std::uint64_t sum = 0;

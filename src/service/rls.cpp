@@ -136,12 +136,16 @@ void add_fields(response& r, std::string_view lines) {
 using part = limit::descriptor_check::part;
 
 // The answers of a call's requests, by descriptor_check::index() (an empty request's: allowed),
-// and the requests as asked (a counted one with a receipt: give_back). The shadow part's
-// identifiers are each asked alone (`shadow_asked`, `shadow_of`), so that one over its limit
-// does not stop the others counting; of[shadow] holds their tiers together.
+// and the requests as asked (a counted one with a receipt: give_back). The charged part is
+// asked one request per cost (`charged_asked`, `charged_of`), and the shadow part's
+// identifiers each alone (`shadow_asked`, `shadow_of`), so that one over its limit does not
+// stop the others counting; of[charged] and of[shadow] hold their tiers together (key
+// indexes as in check.request()).
 struct answers {
     std::array<limit::check_result, limit::descriptor_check::parts> of;
     std::array<limit::check_request, limit::descriptor_check::parts> asked;
+    std::vector<limit::check_request> charged_asked;
+    std::vector<limit::check_result> charged_of;
     std::vector<limit::check_request> shadow_asked;
     std::vector<limit::check_result> shadow_of;
     const limit::check_result& operator[](part p) const { return of[limit::descriptor_check::index(p)]; }
@@ -157,29 +161,90 @@ bool refused(const limit::decision& d, std::size_t key) {
 
 bool admitted(const limit::check_result& r) { return !failed(r) && r.verdict.allowed; }
 
+// Gives back what the admission `charged` of `r` added (nothing when it admitted nothing).
+awaitable<void> give_back(server::worker& w, const limit::check_request& r, limit::check_result& charged) {
+    const bool admitted =
+        charged.state == limit::check_result::status::ok && charged.verdict.allowed && !charged.taken.at.empty();
+    if (!admitted) co_return;
+    const bool done = co_await w.store.take_back(r, std::move(charged.taken), r.cost);
+    charged.taken = {};  // given back once
+    w.metrics.rls_taken_back(done);
+    if (!done) {
+        w.metrics.store_failed();
+        // A store that fails fails every call: one line per worker every 10 s says it.
+        thread_local server::clock::time_point last{};
+        const auto now = server::clock::now();
+        if (last != server::clock::time_point{} && now - last < std::chrono::seconds(10)) co_return;
+        last = now;
+        spdlog::warn(
+            "a rate-limit admission to give back (its client gave up, or a group of another cost refused the call) "
+            "could not be given back in the store: it stays charged");
+    }
+}
+
+// Asks the counted descriptors' groups (one request per cost) in turn, each once those before
+// it admitted; when one refuses or fails, gives back exactly those admitted before it, so that
+// a refused call consumes nothing. of[charged]: their decisions as one (allowed when all
+// admitted; failed when one failed).
+awaitable<void> ask_charged(server::worker& w, const limit::descriptor_check& check, answers& out) {
+    auto& all = out.of[limit::descriptor_check::index(part::charged)];
+    std::size_t first = 0;  // the group's first key in check.charged()
+    for (const auto& g : check.charged_groups()) {
+        auto r = g;
+        // Its receipt gives it back when a later group refuses, or the call was answered too late.
+        r.want_receipt = true;
+        auto result = co_await ask(w, r);
+        if (failed(result)) {
+            all.state = result.state;
+            all.error = result.error;
+        } else {
+            auto& v = all.verdict;
+            for (auto t : result.verdict.tiers) {
+                t.key_index += first;
+                v.tiers.push_back(t);
+            }
+            if (!result.verdict.allowed)
+                v.retry_after = std::max<limit::usec>(v.allowed ? 0 : v.retry_after, result.verdict.retry_after);
+            v.allowed = v.allowed && result.verdict.allowed;
+        }
+        first += g.keys.size();
+        const bool go_on = admitted(result);
+        out.charged_asked.push_back(r);
+        out.charged_of.push_back(std::move(result));
+        if (go_on) continue;
+        for (std::size_t k = 0; k + 1 < out.charged_of.size(); ++k)
+            co_await give_back(w, out.charged_asked[k], out.charged_of[k]);
+        co_return;
+    }
+}
+
 // Asks the store for the requests of `check`, each only when those before it admitted the
 // call (a refused call consumes nothing anywhere): the queried descriptors (which write
 // nothing), the counted ones, then the shadow queries and each shadow identifier alone.
 awaitable<answers> ask_all(server::worker& w, const limit::descriptor_check& check) {
     answers out;
     if (check.refused()) co_return out;  // by the key registry: nothing is asked
-    for (const part p : {part::queried, part::charged, part::shadow_queried}) {
-        const bool go = p == part::queried ||
-                        (admitted(out[part::queried]) && (p == part::charged || admitted(out[part::charged])));
-        if (!go) co_return out;
-        if (check.request(p).keys.empty()) continue;
-        const auto i = limit::descriptor_check::index(p);
-        out.asked[i] = check.request(p);
-        // A counted request's receipt gives back a call answered too late.
-        out.asked[i].want_receipt = p == part::charged;
-        auto result = co_await ask(w, out.asked[i]);
-        out.of[i] = std::move(result);
+    const auto q = limit::descriptor_check::index(part::queried);
+    if (!check.queried().keys.empty()) {
+        out.asked[q] = check.queried();
+        auto result = co_await ask(w, out.asked[q]);
+        out.of[q] = std::move(result);
+        if (!admitted(out.of[q])) co_return out;
+    }
+    co_await ask_charged(w, check, out);
+    if (!admitted(out[part::charged])) co_return out;
+    const auto sq = limit::descriptor_check::index(part::shadow_queried);
+    if (!check.request(part::shadow_queried).keys.empty()) {
+        out.asked[sq] = check.request(part::shadow_queried);
+        auto result = co_await ask(w, out.asked[sq]);
+        out.of[sq] = std::move(result);
     }
     const auto& shadow = check.request(part::shadow);
     auto& merged = out.of[limit::descriptor_check::index(part::shadow)].verdict;
     for (std::size_t k = 0; k < shadow.keys.size(); ++k) {
         auto r = shadow;
         r.keys = shadow.keys.subspan(k, 1);
+        r.cost = check.key_cost(part::shadow, k);
         r.want_receipt = true;
         auto result = co_await ask(w, r);
         if (!failed(result)) {
@@ -335,9 +400,8 @@ bool refuse_cost(std::span<const limit::descriptor_ask> asks, response& out) {
 }
 
 // A call the limiter cannot decide (more limited descriptors than one store request carries,
-// counted ones of different costs, one without entries), answered INVALID_ARGUMENT: Envoy
-// with failure_mode_deny: false lets its request through uncounted, so it is worth a line.
-// One per worker every 10 s.
+// one without entries), answered INVALID_ARGUMENT: Envoy with failure_mode_deny: false lets
+// its request through uncounted, so it is worth a line. One per worker every 10 s.
 void warn_refused_call(const std::string& why) {
     thread_local server::clock::time_point last{};
     const auto now = server::clock::now();
@@ -358,27 +422,9 @@ std::optional<grpc::Status> given_up(const call& c, const char* when) {
     return std::nullopt;
 }
 
-// Gives back what the admission `charged` of `r` added (nothing when it admitted nothing).
-awaitable<void> give_back(server::worker& w, const limit::check_request& r, limit::check_result& charged) {
-    const bool admitted =
-        charged.state == limit::check_result::status::ok && charged.verdict.allowed && !charged.taken.at.empty();
-    if (!admitted) co_return;
-    const bool done = co_await w.store.take_back(r, std::move(charged.taken), r.cost);
-    w.metrics.rls_taken_back(done);
-    if (!done) {
-        w.metrics.store_failed();
-        // A store that fails fails every call: one line per worker every 10 s says it.
-        thread_local server::clock::time_point last{};
-        const auto now = server::clock::now();
-        if (last != server::clock::time_point{} && now - last < std::chrono::seconds(10)) co_return;
-        last = now;
-        spdlog::warn("a rate-limit call its client gave up on could not be given back in the store: it stays charged");
-    }
-}
-
 // Decides one call on worker `w`, its thread: the status to finish it with. A call its
 // client gave up on before its answer is ready is not charged: refused before the store is
-// asked, or its admission given back once the store answers.
+// asked, or its admissions (every request of it) given back once the store answers.
 awaitable<grpc::Status> decide(server::worker& w, call c, call_state& st) {
     st.snap = w.snap;
     const auto& snap = st.snap;
@@ -396,8 +442,8 @@ awaitable<grpc::Status> decide(server::worker& w, call c, call_state& st) {
     if (auto gone = given_up(c, "before the call was decided")) co_return *gone;
     answers a = co_await ask_all(w, st.check);
     if (auto gone = given_up(c, "while the store decided: nothing is charged")) {
-        const auto i = limit::descriptor_check::index(part::charged);
-        co_await give_back(w, a.asked[i], a.of[i]);
+        for (std::size_t k = 0; k < a.charged_asked.size(); ++k)
+            co_await give_back(w, a.charged_asked[k], a.charged_of[k]);
         for (std::size_t k = 0; k < a.shadow_asked.size(); ++k)
             co_await give_back(w, a.shadow_asked[k], a.shadow_of[k]);
         co_return *gone;

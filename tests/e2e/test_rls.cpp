@@ -89,6 +89,7 @@ const std::string api_domains = R"(  domains:
         - { key: tight, tiers: [ {limit: 1, per: 1m, algorithm: log} ] }
         - { key: roomy, tiers: [ {limit: 5, per: 1m, algorithm: log} ] }
         - { key: short, tiers: [ {limit: 1, per: 2s, algorithm: log} ] }
+        - { key: ten, tiers: [ {limit: 10, per: 1m, algorithm: log} ] }
         - key: path
           value: /login
           descriptors: [ { key: remote_address, tiers: [ {limit: 2, per: 1m, algorithm: log} ] } ]
@@ -142,6 +143,43 @@ void refused_consumes_nothing(const rls_gateway& g) {
     CHECK(g.ask(request("api", {{{{"roomy", "b"}}}})).overall_code() == rls_response::OVER_LIMIT);
 }
 
+// Counted descriptors of different costs (their own hits_addend) are one store request per
+// cost, asked in turn; one a later request refuses gives back the earlier ones exactly: the
+// same checks on any store.
+void costs_apart_consume_nothing(const rls_gateway& g) {
+    const descriptor a{{{"ten", "a"}}, 1}, b{{{"ten", "b"}}, 4};
+    const auto both = request("api", {a, b});
+    for (int i = 0; i < 2; ++i) {
+        const auto r = g.ask(both);
+        CHECK(r.overall_code() == rls_response::OK);
+        REQUIRE(r.statuses_size() == 2);
+        CHECK(r.statuses(0).limit_remaining() == static_cast<std::uint32_t>(9 - i));
+        CHECK(r.statuses(1).limit_remaining() == static_cast<std::uint32_t>(6 - 4 * i));
+    }
+    // b has 2 left: 4 more do not fit. a (cost 1, asked first) was admitted, then given back.
+    const auto refused = g.ask(both);
+    CHECK(refused.overall_code() == rls_response::OVER_LIMIT);
+    REQUIRE(refused.statuses_size() == 2);
+    CHECK(refused.statuses(0).code() == rls_response::OK);
+    CHECK(refused.statuses(1).code() == rls_response::OVER_LIMIT);
+    CHECK(refused.statuses(1).limit_remaining() == 2);  // what is left, short of the 4 asked
+    CHECK(!header(refused, "Retry-After").empty());
+    const auto text = fetch(g.gw->admin_port, "GET", "/metrics").body;
+    CHECK(metric_value(text, R"(sluice_rls_taken_back_total{result="done"})") == 1);
+    // a counted the two admitted calls only: exactly 8 more single calls pass.
+    const auto one_a = request("api", {descriptor{{{"ten", "a"}}, std::nullopt}});
+    for (int i = 0; i < 8; ++i) {
+        const auto r = g.ask(one_a);
+        CHECK(r.overall_code() == rls_response::OK);
+        CHECK(r.statuses(0).limit_remaining() == static_cast<std::uint32_t>(7 - i));
+    }
+    CHECK(g.ask(one_a).overall_code() == rls_response::OVER_LIMIT);
+    // b counted 8: its last 2 fit.
+    const auto last_b = g.ask(request("api", {descriptor{{{"ten", "b"}}, 2}}));
+    CHECK(last_b.overall_code() == rls_response::OK);
+    CHECK(last_b.statuses(0).limit_remaining() == 0);
+}
+
 }  // namespace
 
 TEST_CASE("rls: a descriptor is allowed up to exactly its limit, then OVER_LIMIT with Retry-After (memory)") {
@@ -172,10 +210,20 @@ TEST_CASE("rls: hits_addend is the cost, per call and per descriptor, and 0 asks
     CHECK(r.overall_code() == rls_response::OK);
     CHECK(r.statuses(0).limit_remaining() == 0);
     CHECK(g.ask(request("api", {ask_only})).statuses(0).limit_remaining() == 0);
-    // Counted descriptors of different costs cannot be one decision.
-    rls_response out;
-    const auto s = g.call(request("api", {descriptor{{{"roomy", "d"}}, 1}, descriptor{{{"tight", "d"}}, 2}}), out);
-    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_CASE("rls: counted descriptors of different costs are decided in turn, and a refused call consumes nothing") {
+    rls_gateway g(api_domains);
+    costs_apart_consume_nothing(g);
+}
+
+TEST_CASE("rls: on Redis, counted descriptors of different costs are decided in turn, a refusal consumes nothing") {
+    redis_server redis(unused_port());
+    const std::string store =
+        "store:\n  type: redis\n  on_error: deny\n  redis: { nodes: [\"127.0.0.1:" + std::to_string(redis.port) +
+        "\"], timeout: 2s }\n";
+    rls_gateway g(api_domains, store);
+    costs_apart_consume_nothing(g);
 }
 
 TEST_CASE("rls: nested descriptors match key and value in order, and unknown ones are allowed, not limited") {

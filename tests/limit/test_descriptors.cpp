@@ -91,7 +91,7 @@ TEST_CASE("descriptors: one call is one request, and the same identifier twice i
     CHECK(check.charged().keys[0].id == h.hash("descriptor:remote_address", "10.0.0.1"));
 }
 
-TEST_CASE("descriptors: cost 0 is a query beside the counted ones, and other costs or too many are refused") {
+TEST_CASE("descriptors: cost 0 is a query beside the counted ones, and too many are refused") {
     compiled c;
     const auto* api = limit::find_domain(c.domains, "api");
     const identity::hasher h("secret");
@@ -104,8 +104,10 @@ TEST_CASE("descriptors: cost 0 is a query beside the counted ones, and other cos
     CHECK(check.queried().query);
     CHECK(check.queried().cost == 0);
 
-    const std::vector<limit::descriptor_ask> costs{{a, 1}, {b, 3}};
-    CHECK(check.prepare(h, api, costs).find("differ") != std::string::npos);
+    // One identifier at two costs is two keys: nine of them are too many too.
+    std::vector<limit::descriptor_ask> costs;
+    for (std::int64_t cost = 1; cost <= 9; ++cost) costs.push_back({a, cost});
+    CHECK(check.prepare(h, api, costs).find("more than 8") != std::string::npos);
 
     const std::vector<std::string> values{"0", "1", "2", "3", "4", "5", "6", "7", "8"};
     std::vector<std::vector<limit::descriptor_entry>> entries;
@@ -118,6 +120,57 @@ TEST_CASE("descriptors: cost 0 is a query beside the counted ones, and other cos
 
     const std::vector<limit::descriptor_ask> empty{{{}, 1}};
     CHECK(check.prepare(h, api, empty) == "descriptors[0] has no entries");
+}
+
+TEST_CASE("descriptors: counted descriptors of different costs are one request per cost, ordered by cost") {
+    compiled c;
+    const auto* api = limit::find_domain(c.domains, "api");
+    const identity::hasher h("secret");
+    const std::vector<limit::descriptor_entry> a{{"remote_address", "a"}}, b{{"remote_address", "b"}},
+        d{{"remote_address", "d"}};
+    limit::descriptor_check check;
+    // b at 4, a at 1, d at 4, a at 4 (another key than a at 1), a at 1 again (the same key), and a query.
+    const std::vector<limit::descriptor_ask> asks{{b, 4}, {a, 1}, {d, 4}, {a, 4}, {a, 1}, {d, 0}};
+    REQUIRE(check.prepare(h, api, asks) == "");
+    const auto groups = check.charged_groups();
+    REQUIRE(groups.size() == 2);
+    CHECK(groups[0].cost == 1);
+    CHECK(groups[0].keys.size() == 1);
+    CHECK(groups[1].cost == 4);
+    CHECK(groups[1].keys.size() == 3);
+    // Consecutive spans of the charged keys, and each slot follows its key.
+    REQUIRE(check.charged().keys.size() == 4);
+    CHECK(groups[0].keys.data() == check.charged().keys.data());
+    CHECK(groups[1].keys.data() == check.charged().keys.data() + 1);
+    const auto s = check.slots();
+    using part = limit::descriptor_check::part;
+    for (std::size_t i = 0; i < 5; ++i) REQUIRE(s[i].in == part::charged);
+    CHECK(s[1].key == 0);
+    CHECK(s[4].key == 0);
+    CHECK(s[0].key == 1);  // b, first of the cost-4 keys in call order
+    CHECK(s[2].key == 2);
+    CHECK(s[3].key == 3);
+    const auto& keys = check.charged().keys;
+    CHECK(keys[0].id == h.hash("descriptor:remote_address", "a"));
+    CHECK(keys[1].id == h.hash("descriptor:remote_address", "b"));
+    CHECK(keys[2].id == h.hash("descriptor:remote_address", "d"));
+    CHECK(keys[3].id == keys[0].id);
+    CHECK(check.key_cost(part::charged, 0) == 1);
+    CHECK(check.key_cost(part::charged, 3) == 4);
+    CHECK(s[5].in == part::queried);
+    CHECK(check.queried().cost == 0);
+
+    // One cost (the common case): one group, charged() itself.
+    const std::vector<limit::descriptor_ask> one{{a, 3}, {b, 3}};
+    REQUIRE(check.prepare(h, api, one) == "");
+    REQUIRE(check.charged_groups().size() == 1);
+    CHECK(check.charged_groups()[0].keys.size() == 2);
+    CHECK(check.charged_groups()[0].cost == 3);
+    CHECK(check.charged().cost == 3);
+    // Nothing counted: no group.
+    const std::vector<limit::descriptor_ask> query{{a, 0}};
+    REQUIRE(check.prepare(h, api, query) == "");
+    CHECK(check.charged_groups().empty());
 }
 
 TEST_CASE(
@@ -186,9 +239,11 @@ service:
     CHECK(check.request(part::shadow_queried).query);
     CHECK(check.request(part::shadow_queried).cost == 0);
     CHECK(check.queried().keys.empty());
-    // One cost for every descriptor that counts, shadow ones included.
+    // A shadow descriptor keeps its own cost (it is asked alone).
     const std::vector<limit::descriptor_ask> costs{{enforced, 1}, {trial, 2}};
-    CHECK(check.prepare(h, api, costs).find("differ") != std::string::npos);
+    REQUIRE(check.prepare(h, api, costs) == "");
+    CHECK(check.charged().cost == 1);
+    CHECK(check.key_cost(part::shadow, 0) == 2);
 }
 
 namespace {
