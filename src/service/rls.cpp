@@ -85,7 +85,7 @@ response::RateLimit::Unit unit_of(const limit::tier& t) {
         case 60 * s: return response::RateLimit::MINUTE;
         case 3600 * s: return response::RateLimit::HOUR;
         case 86400 * s: return response::RateLimit::DAY;
-        case 7 * 86400 * s: return response::RateLimit::WEEK;
+        case 7 * (86400 * s): return response::RateLimit::WEEK;
         default: return response::RateLimit::UNKNOWN;  // its name says the window
     }
 }
