@@ -2,6 +2,7 @@
 // upstream connection, the response relayed (or a tunnel after 101).
 #include "server/session.hpp"
 
+#include "base/every.hpp"
 #include "base/text.hpp"
 #include "http/async.hpp"
 
@@ -67,9 +68,7 @@ metrics::upstream_error error_kind(const error_code& ec) {
 // setting to fix), at most once a second per worker: a broken upstream fails every request.
 void log_tls_failure(const std::string& why) {
     thread_local clock::time_point last{};
-    const auto now = clock::now();
-    if (now - last < std::chrono::seconds(1)) return;
-    last = now;
+    if (!base::due(last, std::chrono::seconds(1))) return;
     spdlog::warn("upstream TLS handshake failed: {}", why);
 }
 

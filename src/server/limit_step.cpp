@@ -1,5 +1,7 @@
 #include "server/limit_step.hpp"
 
+#include "base/every.hpp"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -144,9 +146,7 @@ void limit_step::count_failure() {
     w_.metrics.settled(policy_slot_, metrics::settlement::failed);
     // A store that fails fails every request: one line per worker every 10 s says it.
     thread_local clock::time_point last{};
-    const auto now = clock::now();
-    if (last != clock::time_point{} && now - last < std::chrono::seconds(10)) return;
-    last = now;
+    if (!base::due(last, std::chrono::seconds(10))) return;
     spdlog::warn(
         "a charge could not be settled in the store: it stays as it stood (more charged than the outcome "
         "asks, never less)");

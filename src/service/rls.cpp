@@ -1,6 +1,7 @@
 #include "service/rls.hpp"
 
 #include "base/async.hpp"
+#include "base/every.hpp"
 #include "limit/descriptors.hpp"
 #include "limit/rate_limit_fields.hpp"
 
@@ -173,9 +174,7 @@ awaitable<void> give_back(server::worker& w, const limit::check_request& r, limi
         w.metrics.store_failed();
         // A store that fails fails every call: one line per worker every 10 s says it.
         thread_local server::clock::time_point last{};
-        const auto now = server::clock::now();
-        if (last != server::clock::time_point{} && now - last < std::chrono::seconds(10)) co_return;
-        last = now;
+        if (!base::due(last, std::chrono::seconds(10))) co_return;
         spdlog::warn(
             "a rate-limit admission to give back (its client gave up, or a group of another cost refused the call) "
             "could not be given back in the store: it stays charged");
@@ -404,9 +403,7 @@ bool refuse_cost(std::span<const limit::descriptor_ask> asks, response& out) {
 // its request through uncounted, so it is worth a line. One per worker every 10 s.
 void warn_refused_call(const std::string& why) {
     thread_local server::clock::time_point last{};
-    const auto now = server::clock::now();
-    if (last != server::clock::time_point{} && now - last < std::chrono::seconds(10)) return;
-    last = now;
+    if (!base::due(last, std::chrono::seconds(10))) return;
     spdlog::warn(
         "a rate-limit call was answered INVALID_ARGUMENT (Envoy with failure_mode_deny: false lets its "
         "request through uncounted): {}",
